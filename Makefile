@@ -1,0 +1,34 @@
+# gradax: `make demo` runs the main job, `make test` runs the whole suite. Both set up .venv on first use.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+JOBS ?= 2
+
+.PHONY: demo test lint bench venv clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[cli,test]"
+	@rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m gradax.cli demo
+
+test: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m pytest -n $(JOBS) --dist loadfile
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples
+
+bench: $(STAMP)
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,53 @@
+"""gradax: composable gradient transformations and optimizers for JAX, a drop-in for Optax.
+
+``import gradax as optax`` runs code written for Optax 0.2.8. This module lists the public names only; each lives in
+one private module (see the layout in the repository's docs).
+"""
+
+# --- core contract --------------------------------------------------------------------------------------------------
+from ._base import EmptyState as EmptyState
+from ._base import GradientTransformation as GradientTransformation
+from ._base import GradientTransformationExtraArgs as GradientTransformationExtraArgs
+from ._base import MaskOrFn as MaskOrFn
+from ._base import OptState as OptState
+from ._base import Params as Params
+from ._base import ScalarOrSchedule as ScalarOrSchedule
+from ._base import Schedule as Schedule
+from ._base import TransformInitFn as TransformInitFn
+from ._base import TransformUpdateExtraArgsFn as TransformUpdateExtraArgsFn
+from ._base import TransformUpdateFn as TransformUpdateFn
+from ._base import Updates as Updates
+from ._base import identity as identity
+from ._base import init_empty_state as init_empty_state
+from ._base import set_to_zero as set_to_zero
+from ._base import stateless as stateless
+from ._base import stateless_with_tree_map as stateless_with_tree_map
+from ._base import with_extra_args_support as with_extra_args_support
+from ._numerics import global_norm as global_norm
+from ._numerics import safe_increment as safe_increment
+from ._numerics import safe_int32_increment as safe_int32_increment
+from ._numerics import safe_norm as safe_norm
+from ._numerics import safe_root_mean_squares as safe_root_mean_squares
+from ._update import apply_updates as apply_updates
+from ._update import incremental_update as incremental_update
+from ._update import periodic_update as periodic_update
+from .transforms._accumulation import TraceState as TraceState
+from .transforms._accumulation import trace as trace
+from .transforms._combining import chain as chain
+from .transforms._combining import named_chain as named_chain
+from .transforms._scaling import ScaleByScheduleState as ScaleByScheduleState
+from .transforms._scaling import ScaleState as ScaleState
+from .transforms._scaling import scale as scale
+from .transforms._scaling import scale_by_learning_rate as scale_by_learning_rate
+from .transforms._scaling import scale_by_schedule as scale_by_schedule
+from .optimizers._sgd import sgd as sgd
+
+# --- tree utilities and schedules (section owned by the tree/schedules work) ----------------------------------------
+
+# --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------
+
+# --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
+
+# --- losses and the rest of the surface (section owned by the losses work) ------------------------------------------
+
+# --- submodules -----------------------------------------------------------------------------------------------------

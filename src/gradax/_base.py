@@ -1,0 +1,198 @@
+"""The contract every gradient transformation keeps.
+
+A gradient transformation is a pair of pure functions::
+
+    init(params) -> state
+    update(updates, state, params=None, **extra_args) -> (updates, state)
+
+Both are functions of arrays only: they are safe under ``jit``, ``vmap``, ``grad``, ``scan`` and ``lax.cond``; they
+keep no Python state and make no host syncs. ``update`` never changes the state's tree structure, shapes or dtypes,
+and returns updates with the structure and dtypes of the incoming ones. A transformation whose ``update`` accepts
+extra keyword arguments (a loss value, a loss function, ...) is a :class:`GradientTransformationExtraArgs`; every
+transformation of this library ignores extra keyword arguments it does not use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol, TypeAlias
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+Params: TypeAlias = Any
+"""A pytree of arrays: the parameters of a model."""
+Updates: TypeAlias = Params
+"""A pytree of arrays with the structure of the parameters: gradients, or updates derived from them."""
+OptState: TypeAlias = Any
+"""A pytree of arrays: the state of a gradient transformation."""
+Schedule: TypeAlias = Callable[[ArrayLike], ArrayLike]
+"""A function of the step count (an int32 scalar) that returns a hyperparameter's value at that step."""
+ScalarOrSchedule: TypeAlias = float | jax.Array | Schedule
+"""A hyperparameter: a number, an array, or a :data:`Schedule`."""
+MaskOrFn: TypeAlias = Any | Callable[[Params], Any] | None
+"""A mask: a pytree of booleans shaped like the parameters (or a prefix of them), or a function of the parameters
+that returns one."""
+
+
+class StatefulSchedule(Protocol):
+    """A schedule that keeps a state: ``init(params) -> state``, ``update(state, **extra_args) -> state`` and
+    ``__call__(state, **extra_args) -> value``."""
+
+    def init(self, params: Params | None) -> Any: ...
+
+    def update(self, state: Any, **extra_args: Any) -> Any: ...
+
+    def __call__(self, state: Any, **extra_args: Any) -> ArrayLike: ...
+
+
+class TransformInitFn(Protocol):
+    """``init(params) -> state``: builds the state of a transformation from the parameters (or their shapes)."""
+
+    def __call__(self, params: Params) -> OptState: ...
+
+
+class TransformUpdateFn(Protocol):
+    """``update(updates, state, params=None) -> (updates, state)``."""
+
+    def __call__(self, updates: Updates, state: OptState, params: Params | None = None) -> tuple[Updates, OptState]: ...
+
+
+class TransformUpdateExtraArgsFn(Protocol):
+    """``update(updates, state, params=None, **extra_args) -> (updates, state)``."""
+
+    def __call__(
+        self, updates: Updates, state: OptState, params: Params | None = None, **extra_args: Any
+    ) -> tuple[Updates, OptState]: ...
+
+
+class GradientTransformation(NamedTuple):
+    """A pair of pure functions ``(init, update)`` that transform gradients into updates.
+
+    Attributes:
+      init: ``init(params) -> state``.
+      update: ``update(updates, state, params=None) -> (updates, state)``.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> tx = gradax.scale(-0.1)
+      >>> state = tx.init({"w": jnp.ones(2)})
+      >>> updates, state = tx.update({"w": jnp.ones(2)}, state)
+      >>> updates["w"]
+      Array([-0.1, -0.1], dtype=float32)
+    """
+
+    init: TransformInitFn
+    update: TransformUpdateFn
+
+
+class GradientTransformationExtraArgs(GradientTransformation):
+    """A :class:`GradientTransformation` whose ``update`` also takes keyword arguments (``value``, ``loss``, ...).
+
+    ``update(updates, state, params=None, **extra_args) -> (updates, state)``; extra arguments a transformation does
+    not use are ignored.
+    """
+
+    update: TransformUpdateExtraArgsFn
+
+
+class EmptyState(NamedTuple):
+    """The state of a transformation that keeps none."""
+
+
+def init_empty_state(params: Params) -> EmptyState:
+    """An ``init`` function for stateless transformations: returns :class:`EmptyState` whatever ``params`` is."""
+    del params
+    return EmptyState()
+
+
+def with_extra_args_support(tx: GradientTransformation) -> GradientTransformationExtraArgs:
+    """Wraps ``tx`` so that its ``update`` accepts (and ignores) extra keyword arguments.
+
+    A :class:`GradientTransformationExtraArgs` is returned unchanged.
+    """
+    if isinstance(tx, GradientTransformationExtraArgs):
+        return tx
+    if not isinstance(tx, GradientTransformation) and not (hasattr(tx, "init") and hasattr(tx, "update")):
+        raise TypeError(
+            f"with_extra_args_support(tx=...) must be a GradientTransformation; got {type(tx).__name__}. "
+            "Build one with a gradax transformation or GradientTransformation(init, update)."
+        )
+    inner_update = tx.update
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        return inner_update(updates, state, params)
+
+    return GradientTransformationExtraArgs(tx.init, update)
+
+
+def identity() -> GradientTransformation:
+    """The transformation that returns the updates unchanged and keeps no state.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.identity().update(jnp.ones(2), gradax.EmptyState())[0]
+      Array([1., 1.], dtype=float32)
+    """
+
+    def update(updates, state, params=None):
+        del params
+        return updates, state
+
+    return GradientTransformation(init_empty_state, update)
+
+
+def set_to_zero() -> GradientTransformation:
+    """The transformation that replaces every update by zeros (of the same shape and dtype); keeps no state.
+
+    Used to freeze parameters, for example with :func:`gradax.partition`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.set_to_zero().update(jnp.ones(2), gradax.EmptyState())[0]
+      Array([0., 0.], dtype=float32)
+    """
+
+    def update(updates, state, params=None):
+        del params
+        return jax.tree.map(jnp.zeros_like, updates), state
+
+    return GradientTransformation(init_empty_state, update)
+
+
+def stateless(f: Callable[[Updates, Params | None], Updates]) -> GradientTransformation:
+    """A transformation from a function ``f(updates, params) -> updates`` of whole trees; keeps no state.
+
+    Example:
+      >>> import gradax, jax, jax.numpy as jnp
+      >>> tx = gradax.stateless(lambda g, p: jax.tree.map(lambda x: 2 * x, g))
+      >>> tx.update(jnp.ones(2), tx.init(None))[0]
+      Array([2., 2.], dtype=float32)
+    """
+
+    def update(updates, state, params=None):
+        return f(updates, params), state
+
+    return GradientTransformation(init_empty_state, update)
+
+
+def stateless_with_tree_map(f: Callable[[jax.Array, jax.Array | None], jax.Array]) -> GradientTransformation:
+    """A transformation from a per-array function ``f(update, param) -> update``, mapped over the tree.
+
+    When ``update`` is called without params, ``f`` receives ``None`` as its second argument.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> tx = gradax.stateless_with_tree_map(lambda g, p: -g)
+      >>> tx.update({"w": jnp.ones(2)}, tx.init(None))[0]["w"]
+      Array([-1., -1.], dtype=float32)
+    """
+
+    def tree_f(updates, params):
+        if params is None:
+            return jax.tree.map(lambda g: f(g, None), updates)
+        return jax.tree.map(f, updates, params)
+
+    return stateless(tree_f)

@@ -1,0 +1,135 @@
+"""Numerically safe scalar and array helpers, and the dtype rules for state and arithmetic.
+
+Dtype rules (one place):
+  * ``compute_dtype(dtype)``: arithmetic on a leaf happens in at least float32 (bfloat16 and float16 leaves are
+    computed in float32 and cast back); float64 and complex leaves keep their precision.
+  * ``state_dtype(dtype, requested)``: a moment or accumulator kept in the state takes ``requested`` when given;
+    otherwise float32 for bfloat16/float16 leaves (their moments would lose the signal) and the leaf's dtype for
+    the rest.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+_LOW_PRECISION = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def compute_dtype(dtype) -> jnp.dtype:
+    """The dtype in which per-leaf arithmetic on a leaf of ``dtype`` happens: never below float32."""
+    dtype = jnp.dtype(dtype)
+    if dtype in _LOW_PRECISION:
+        return jnp.dtype(jnp.float32)
+    return dtype
+
+
+def state_dtype(dtype, requested=None) -> jnp.dtype:
+    """The dtype of a state array (moment, accumulator) for a leaf of ``dtype``; ``requested`` wins when given."""
+    if requested is not None:
+        return jnp.dtype(requested)
+    return compute_dtype(dtype)
+
+
+def abs_sq(x: ArrayLike) -> jax.Array:
+    """``|x|^2`` elementwise, real-valued for complex ``x`` (``x * conj(x)``)."""
+    x = jnp.asarray(x)
+    if jnp.iscomplexobj(x):
+        return jnp.real(x) ** 2 + jnp.imag(x) ** 2
+    return x * x
+
+
+def safe_norm(
+    x: ArrayLike,
+    min_norm: ArrayLike,
+    ord: int | float | str | None = None,  # noqa: A002 - the name numpy uses
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+) -> jax.Array:
+    """``max(norm(x), min_norm)`` with a gradient that stays finite where the norm is below ``min_norm``.
+
+    ``norm`` is ``jnp.linalg.norm(x, ord, axis, keepdims)``; where it is at most ``min_norm`` the result is
+    ``min_norm`` and the gradient is zero, instead of the NaN that the norm's gradient gives at zero.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.safe_norm(jnp.zeros(3), 1e-6)
+      Array(1.e-06, dtype=float32)
+    """
+    x = jnp.asarray(x)
+    norm = jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=True)
+    small = norm <= min_norm
+    x_safe = jnp.where(small, jnp.ones_like(x), x)
+    safe = jnp.linalg.norm(x_safe, ord=ord, axis=axis, keepdims=True)
+    out = jnp.where(small, min_norm, safe)
+    if not keepdims:
+        out = jnp.squeeze(out, axis=axis) if axis is not None else jnp.squeeze(out)
+    return out
+
+
+def safe_root_mean_squares(x: ArrayLike, min_rms: ArrayLike) -> jax.Array:
+    """``max(sqrt(mean(x**2)), min_rms)`` with a finite gradient where the RMS is below ``min_rms``.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.safe_root_mean_squares(jnp.array([3.0, 4.0]), 1e-6)
+      Array(3.535534, dtype=float32)
+    """
+    x = jnp.asarray(x)
+    rms = jnp.sqrt(jnp.mean(jnp.square(x)))
+    small = rms <= min_rms
+    x_safe = jnp.where(small, jnp.ones_like(x), x)
+    return jnp.where(small, min_rms, jnp.sqrt(jnp.mean(jnp.square(x_safe))))
+
+
+def safe_increment(count: ArrayLike) -> jax.Array:
+    """``count + 1``, saturating at the largest value of ``count``'s dtype (integer or floating).
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.safe_increment(jnp.asarray(2**31 - 1, jnp.int32))
+      Array(2147483647, dtype=int32)
+    """
+    count = jnp.asarray(count)
+    dtype = count.dtype
+    if jnp.issubdtype(dtype, jnp.integer):
+        top = np.iinfo(dtype).max
+    elif jnp.issubdtype(dtype, jnp.floating):
+        top = np.finfo(dtype).max
+    else:
+        raise TypeError(f"safe_increment(count=...) must be an integer or floating array; got dtype {dtype}.")
+    top = jnp.asarray(top, dtype)
+    return jnp.where(count < top, count + jnp.asarray(1, dtype), top)
+
+
+def safe_int32_increment(count: ArrayLike) -> jax.Array:
+    """``count + 1`` for an int32 counter, saturating at ``2**31 - 1`` instead of wrapping to negative values.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.safe_int32_increment(jnp.asarray(0, jnp.int32))
+      Array(1, dtype=int32)
+    """
+    count = jnp.asarray(count)
+    if count.dtype != jnp.int32:
+        raise TypeError(
+            f"safe_int32_increment(count=...) must be an int32 array; got dtype {count.dtype}. "
+            "Use safe_increment for other dtypes."
+        )
+    return safe_increment(count)
+
+
+def global_norm(updates) -> jax.Array:
+    """The L2 norm of all the arrays of a pytree taken together: ``sqrt(sum_i sum |x_i|^2)``.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])})
+      Array(5., dtype=float32)
+    """
+    leaves = jax.tree.leaves(updates)
+    if not leaves:
+        return jnp.zeros((), jnp.float32)
+    return jnp.sqrt(sum(jnp.sum(abs_sq(x)) for x in leaves))

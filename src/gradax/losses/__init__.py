@@ -1,0 +1,1 @@
+"""gradax.losses."""

@@ -45,6 +45,8 @@ from .optimizers._sgd import sgd as sgd
 # --- tree utilities and schedules (section owned by the tree/schedules work) ----------------------------------------
 
 # --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------
+from .optimizers._trust import ScaleByTrustRatioState as ScaleByTrustRatioState
+from .optimizers._trust import scale_by_trust_ratio as scale_by_trust_ratio
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 

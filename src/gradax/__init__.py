@@ -47,6 +47,23 @@ from .optimizers._sgd import sgd as sgd
 # --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------
 from .optimizers._trust import ScaleByTrustRatioState as ScaleByTrustRatioState
 from .optimizers._trust import scale_by_trust_ratio as scale_by_trust_ratio
+from .transforms._adding import AddDecayedWeightsState as AddDecayedWeightsState
+from .transforms._adding import AddNoiseState as AddNoiseState
+from .transforms._adding import add_decayed_weights as add_decayed_weights
+from .transforms._adding import add_noise as add_noise
+from .transforms._constraining import NonNegativeParamsState as NonNegativeParamsState
+from .transforms._constraining import ZeroNansState as ZeroNansState
+from .transforms._constraining import keep_params_nonnegative as keep_params_nonnegative
+from .transforms._constraining import zero_nans as zero_nans
+from .transforms._clipping import AdaptiveGradClipState as AdaptiveGradClipState
+from .transforms._clipping import ClipByGlobalNormState as ClipByGlobalNormState
+from .transforms._clipping import ClipState as ClipState
+from .transforms._clipping import adaptive_grad_clip as adaptive_grad_clip
+from .transforms._clipping import clip as clip
+from .transforms._clipping import clip_by_block_rms as clip_by_block_rms
+from .transforms._clipping import clip_by_global_norm as clip_by_global_norm
+from .transforms._clipping import per_example_global_norm_clip as per_example_global_norm_clip
+from .transforms._clipping import per_example_layer_norm_clip as per_example_layer_norm_clip
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 

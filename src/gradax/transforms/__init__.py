@@ -1,1 +1,18 @@
 """gradax.transforms."""
+
+# clipping, adding, constraining
+from ._adding import AddNoiseState as AddNoiseState
+from ._adding import add_decayed_weights as add_decayed_weights
+from ._adding import add_noise as add_noise
+from ._clipping import adaptive_grad_clip as adaptive_grad_clip
+from ._clipping import clip as clip
+from ._clipping import clip_by_block_rms as clip_by_block_rms
+from ._clipping import clip_by_global_norm as clip_by_global_norm
+from ._clipping import per_example_global_norm_clip as per_example_global_norm_clip
+from ._clipping import per_example_layer_norm_clip as per_example_layer_norm_clip
+from ._clipping import unitwise_clip as unitwise_clip
+from ._clipping import unitwise_norm as unitwise_norm
+from ._constraining import NonNegativeParamsState as NonNegativeParamsState
+from ._constraining import ZeroNansState as ZeroNansState
+from ._constraining import keep_params_nonnegative as keep_params_nonnegative
+from ._constraining import zero_nans as zero_nans

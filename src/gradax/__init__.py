@@ -66,6 +66,9 @@ from .transforms._clipping import per_example_global_norm_clip as per_example_gl
 from .transforms._clipping import per_example_layer_norm_clip as per_example_layer_norm_clip
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
+from .transforms._masking import MaskedNode as MaskedNode
+from .transforms._masking import MaskedState as MaskedState
+from .transforms._masking import masked as masked
 
 # --- losses and the rest of the surface (section owned by the losses work) ------------------------------------------
 

@@ -16,3 +16,9 @@ from ._constraining import NonNegativeParamsState as NonNegativeParamsState
 from ._constraining import ZeroNansState as ZeroNansState
 from ._constraining import keep_params_nonnegative as keep_params_nonnegative
 from ._constraining import zero_nans as zero_nans
+
+# wrappers and composition
+from ._masking import MaskedNode as MaskedNode
+from ._masking import MaskedState as MaskedState
+from ._masking import masked as masked
+

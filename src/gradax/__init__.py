@@ -45,16 +45,6 @@ from .optimizers._sgd import sgd as sgd
 # --- tree utilities and schedules (section owned by the tree/schedules work) ----------------------------------------
 
 # --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------
-from .optimizers._moments import bias_correction as bias_correction
-from .optimizers._moments import update_infinity_moment as update_infinity_moment
-from .optimizers._moments import update_moment as update_moment
-from .optimizers._moments import update_moment_per_elem_norm as update_moment_per_elem_norm
-from .optimizers._adam import ScaleByAdamState as ScaleByAdamState
-from .optimizers._adam import adam as adam
-from .optimizers._adam import adamw as adamw
-from .optimizers._adam import nadam as nadam
-from .optimizers._adam import nadamw as nadamw
-from .optimizers._adam import scale_by_adam as scale_by_adam
 from .optimizers._trust import ScaleByTrustRatioState as ScaleByTrustRatioState
 from .optimizers._trust import scale_by_trust_ratio as scale_by_trust_ratio
 from .optimizers._rms import ScaleByRmsState as ScaleByRmsState

@@ -74,6 +74,15 @@ from .transforms._clipping import per_example_layer_norm_clip as per_example_lay
 from .transforms._masking import MaskedNode as MaskedNode
 from .transforms._masking import MaskedState as MaskedState
 from .transforms._masking import masked as masked
+from .transforms._partition import MultiTransformState as MultiTransformState
+from .transforms._partition import PartitionState as PartitionState
+from .transforms._partition import describe_labels as describe_labels
+from .transforms._partition import freeze as freeze
+from .transforms._partition import multi_transform as multi_transform
+from .transforms._partition import partition as partition
+from .transforms._partition import path_labels as path_labels
+from .transforms._partition import path_mask as path_mask
+from .transforms._partition import selective_transform as selective_transform
 
 # --- losses and the rest of the surface (section owned by the losses work) ------------------------------------------
 

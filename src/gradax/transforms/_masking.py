@@ -170,15 +170,21 @@ def masked(
       >>> updates["w"], updates["b"]
       (Array([-0.1, -0.1], dtype=float32), Array([1.], dtype=float32))
     """
-    api = "masked"
+    return build_masked("masked", inner, mask, mask_compatible_extra_args=mask_compatible_extra_args)
+
+
+def build_masked(
+    api: str, inner: GradientTransformation, mask: MaskOrFn, *, mask_compatible_extra_args: bool = False
+) -> GradientTransformationExtraArgs:
+    """:func:`masked`, with errors that name ``api`` (for wrappers built on it: ``freeze``, ``add_decayed_weights``)."""
     if not (hasattr(inner, "init") and hasattr(inner, "update")):
         raise TypeError(
-            f"masked(inner=...) must be a GradientTransformation; got {type(inner).__name__}. "
+            f"{api}(inner=...) must be a GradientTransformation; got {type(inner).__name__}. "
             "Pass a transformation such as gradax.adam(1e-3)."
         )
     if mask is None or (callable(mask) and isinstance(mask, type)):
         raise TypeError(
-            f"masked(mask=...) must be a pytree of booleans or a function of the params; got {mask!r:.60}. "
+            f"{api}(mask=...) must be a pytree of booleans or a function of the params; got {mask!r:.60}. "
             "Pass e.g. `lambda p: jax.tree.map(lambda x: x.ndim > 1, p)`."
         )
     inner = with_extra_args_support(inner)

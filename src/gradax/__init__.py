@@ -45,6 +45,29 @@ from .optimizers._sgd import sgd as sgd
 # --- tree utilities and schedules (section owned by the tree/schedules work) ----------------------------------------
 
 # --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------
+from .optimizers._adam_variants import ScaleByAmsgradState as ScaleByAmsgradState
+from .optimizers._adam_variants import ScaleByBeliefState as ScaleByBeliefState
+from .optimizers._adam_variants import adabelief as adabelief
+from .optimizers._adam_variants import adamax as adamax
+from .optimizers._adam_variants import adamaxw as adamaxw
+from .optimizers._adam_variants import amsgrad as amsgrad
+from .optimizers._adam_variants import radam as radam
+from .optimizers._adam_variants import scale_by_adamax as scale_by_adamax
+from .optimizers._adam_variants import scale_by_amsgrad as scale_by_amsgrad
+from .optimizers._adam_variants import scale_by_belief as scale_by_belief
+from .optimizers._adam_variants import scale_by_radam as scale_by_radam
+from .optimizers._adam_variants import scale_by_yogi as scale_by_yogi
+from .optimizers._adam_variants import yogi as yogi
+from .optimizers._moments import bias_correction as bias_correction
+from .optimizers._moments import update_infinity_moment as update_infinity_moment
+from .optimizers._moments import update_moment as update_moment
+from .optimizers._moments import update_moment_per_elem_norm as update_moment_per_elem_norm
+from .optimizers._adam import ScaleByAdamState as ScaleByAdamState
+from .optimizers._adam import adam as adam
+from .optimizers._adam import adamw as adamw
+from .optimizers._adam import nadam as nadam
+from .optimizers._adam import nadamw as nadamw
+from .optimizers._adam import scale_by_adam as scale_by_adam
 from .optimizers._trust import ScaleByTrustRatioState as ScaleByTrustRatioState
 from .optimizers._trust import scale_by_trust_ratio as scale_by_trust_ratio
 from .optimizers._rms import ScaleByRmsState as ScaleByRmsState

@@ -1,0 +1,338 @@
+"""Adam and its direct recipes: scale_by_adam, adam, adamw, nadam, nadamw."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
+from .._checks import check_decay, check_non_negative
+from .._hyperparams import as_value
+from .._maps import map_n
+from .._numerics import compute_dtype, safe_int32_increment
+from ..transforms._accumulation import zeros_state_like
+from ..transforms._adding import add_decayed_weights
+from ..transforms._combining import chain
+from ..transforms._scaling import scale_by_learning_rate
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf
+
+
+class ScaleByAdamState(NamedTuple):
+    """State of :func:`scale_by_adam` (also used by :func:`scale_by_adamax`, :func:`scale_by_radam` and
+    :func:`scale_by_yogi`)."""
+
+    count: jax.Array  # shape=(), dtype=int32: the number of updates so far
+    mu: Updates  # like params, dtype=mu_dtype rule: first moment
+    nu: Updates  # like params, dtype=nu_dtype rule: second moment
+
+
+def check_adam_args(api: str, b1: Any, b2: Any, eps: Any, eps_root: Any) -> None:
+    """Validates the hyperparameters shared by the Adam family (concrete values only)."""
+    check_decay(api, "b1", b1)
+    check_decay(api, "b2", b2)
+    check_non_negative(api, "eps", eps)
+    check_non_negative(api, "eps_root", eps_root)
+
+
+class FirstMomentHat(NamedTuple):
+    """Scalars for the bias-corrected first moment, computed once per step (not per array)."""
+
+    b1: jax.Array
+    one_minus_b1: jax.Array
+    correction: jax.Array  # 1 - b1**t
+    next_correction: jax.Array | None  # 1 - b1**(t+1), for Nesterov
+
+    @classmethod
+    def at(cls, b1: Any, count_inc: jax.Array, nesterov: bool) -> FirstMomentHat:
+        beta1 = as_value(b1)
+        nxt = debias_factor(beta1, safe_int32_increment(count_inc)) if nesterov else None
+        return cls(beta1, 1 - beta1, debias_factor(beta1, count_inc), nxt)
+
+    def __call__(self, g: jax.Array, m: jax.Array) -> jax.Array:
+        """The bias-corrected first moment (plain), or Nesterov's look-ahead combination of moment and gradient."""
+        if self.next_correction is None:
+            return m / self.correction
+        return self.b1 * (m / self.next_correction) + self.one_minus_b1 * (g / self.correction)
+
+
+def scale_by_adam(
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any | None = None,
+    *,
+    nesterov: bool = False,
+    nu_dtype: Any | None = None,
+) -> GradientTransformation:
+    r"""Rescales updates with Adam's bias-corrected moment estimates.
+
+    .. math::
+      m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \quad v_t = \beta_2 v_{t-1} + (1-\beta_2) |g_t|^2, \\
+      \hat m_t = \frac{m_t}{1-\beta_1^t}, \quad \hat v_t = \frac{v_t}{1-\beta_2^t}, \quad
+      u_t = \frac{\hat m_t}{\sqrt{\hat v_t + \epsilon_{root}} + \epsilon}.
+
+    With ``nesterov=True`` (NAdam), :math:`\hat m_t = \beta_1 \frac{m_t}{1-\beta_1^{t+1}} + (1-\beta_1)
+    \frac{g_t}{1-\beta_1^t}`.
+
+    Dtypes: ``mu`` is kept in ``mu_dtype`` and ``nu`` in ``nu_dtype`` when given. When not given, a moment takes the
+    dtype of its parameter, except for bfloat16/float16 parameters, whose moments are float32 (a bfloat16 ``nu``
+    loses small gradients and ``b2=0.999`` would round to 1). The arithmetic is done in at least float32 and the
+    updates come back in the dtype of the incoming updates.
+
+    Args:
+      b1: :math:`\beta_1 \in [0, 1)`, decay of the first moment.
+      b2: :math:`\beta_2 \in [0, 1)`, decay of the second moment.
+      eps: :math:`\epsilon \ge 0`, added to the denominator outside the square root.
+      eps_root: :math:`\epsilon_{root} \ge 0`, added inside the square root (make it positive to differentiate
+        through the update).
+      mu_dtype: dtype of the first moment (see the dtype rule above).
+      nesterov: use Nesterov momentum (NAdam).
+      nu_dtype: dtype of the second moment (see the dtype rule above); not in Optax.
+
+    Returns:
+      A :class:`GradientTransformation` with state :class:`ScaleByAdamState`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> tx = gradax.scale_by_adam()
+      >>> u, state = tx.update(jnp.array([2.0, -3.0]), tx.init(jnp.zeros(2)))
+      >>> u
+      Array([ 1., -1.], dtype=float32)
+
+    References:
+      Kingma and Ba, 2015, "Adam: A Method for Stochastic Optimization";
+      Dozat, 2016, "Incorporating Nesterov Momentum into Adam".
+    """
+    check_adam_args("scale_by_adam", b1, b2, eps, eps_root)
+
+    def init(params):
+        return ScaleByAdamState(
+            count=jnp.zeros([], jnp.int32),
+            mu=zeros_state_like(params, mu_dtype),
+            nu=zeros_state_like(params, nu_dtype),
+        )
+
+    def update(updates, state, params=None):
+        del params
+        count_inc = safe_int32_increment(state.count)
+        hat = FirstMomentHat.at(b1, count_inc, nesterov)
+        beta2 = as_value(b2)
+        one_minus_b2 = 1 - beta2
+        c2 = debias_factor(beta2, count_inc)
+        e, e_root = as_value(eps), as_value(eps_root)
+
+        def leaf(g, m, v):
+            gc = g.astype(compute_dtype(g.dtype))
+            m_new = ema_leaf(gc, m, hat.b1, hat.one_minus_b1)
+            v_new = ema_sq_leaf(gc, v, beta2, one_minus_b2)
+            u = hat(gc, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e)
+            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+
+        new_updates, mu, nu = map_n(3, leaf, updates, state.mu, state.nu)
+        return new_updates, ScaleByAdamState(count=count_inc, mu=mu, nu=nu)
+
+    return GradientTransformation(init, update)
+
+
+def _adam_chain(api, learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, decay=None):
+    check_adam_args(api, b1, b2, eps, eps_root)
+    parts = [scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype)]
+    if decay is not None:
+        parts.append(add_decayed_weights(*decay))
+    parts.append(scale_by_learning_rate(learning_rate))
+    return chain(*parts)
+
+
+def adam(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any | None = None,
+    *,
+    nesterov: bool = False,
+    nu_dtype: Any | None = None,
+) -> GradientTransformationExtraArgs:
+    r"""The Adam optimizer: :func:`scale_by_adam` followed by a step of size :math:`-\eta_t`.
+
+    .. math::
+      \theta_{t} = \theta_{t-1} - \eta_t \frac{\hat m_t}{\sqrt{\hat v_t + \epsilon_{root}} + \epsilon}.
+
+    Args:
+      learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
+      b1: :math:`\beta_1 \in [0, 1)`.
+      b2: :math:`\beta_2 \in [0, 1)`.
+      eps: :math:`\epsilon \ge 0`.
+      eps_root: :math:`\epsilon_{root} \ge 0`.
+      mu_dtype: dtype of the first moment (float32 for bfloat16/float16 params by default).
+      nesterov: use Nesterov momentum (NAdam).
+      nu_dtype: dtype of the second moment (float32 for bfloat16/float16 params by default).
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs` with state ``(ScaleByAdamState, ScaleState |
+      ScaleByScheduleState)``.
+
+    Example:
+      >>> import gradax, jax, jax.numpy as jnp
+      >>> params = jnp.array([1.0, -2.0])
+      >>> opt = gradax.adam(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> updates, state = opt.update(jax.grad(lambda p: jnp.sum(p**2))(params), state)
+      >>> gradax.apply_updates(params, updates)
+      Array([ 0.9, -1.9], dtype=float32)
+
+    References:
+      Kingma and Ba, 2015, "Adam: A Method for Stochastic Optimization".
+    """
+    return _adam_chain("adam", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype)
+
+
+def adamw(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any | None = None,
+    weight_decay: ScalarOrSchedule = 1e-4,
+    mask: MaskOrFn = None,
+    *,
+    nesterov: bool = False,
+    nu_dtype: Any | None = None,
+) -> GradientTransformationExtraArgs:
+    r"""Adam with decoupled weight decay (AdamW).
+
+    .. math::
+      \theta_{t} = \theta_{t-1} - \eta_t \left(\frac{\hat m_t}{\sqrt{\hat v_t + \epsilon_{root}} + \epsilon}
+      + \lambda_t \theta_{t-1}\right).
+
+    Args:
+      learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
+      b1: :math:`\beta_1 \in [0, 1)`.
+      b2: :math:`\beta_2 \in [0, 1)`.
+      eps: :math:`\epsilon \ge 0`.
+      eps_root: :math:`\epsilon_{root} \ge 0`.
+      mu_dtype: dtype of the first moment.
+      weight_decay: :math:`\lambda`, a number, an array or a schedule of the step count.
+      mask: which parameters to decay: a tree of booleans like the params (or a prefix), or a function of the
+        params returning one; None decays all.
+      nesterov: use Nesterov momentum (NAdamW).
+      nu_dtype: dtype of the second moment.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> params = jnp.array([1.0, -2.0])
+      >>> opt = gradax.adamw(learning_rate=0.1, weight_decay=0.5)
+      >>> updates, state = opt.update(jnp.array([2.0, -4.0]), opt.init(params), params)
+      >>> gradax.apply_updates(params, updates)
+      Array([ 0.85, -1.8 ], dtype=float32)
+
+    References:
+      Loshchilov and Hutter, 2019, "Decoupled Weight Decay Regularization".
+    """
+    return _adam_chain(
+        "adamw", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, decay=(weight_decay, mask)
+    )
+
+
+def nadam(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any | None = None,
+    *,
+    nesterov: bool = True,
+    nu_dtype: Any | None = None,
+) -> GradientTransformationExtraArgs:
+    r"""NAdam: :func:`adam` with Nesterov momentum (``nesterov=True`` by default).
+
+    .. math::
+      \hat m_t = \beta_1 \frac{m_t}{1-\beta_1^{t+1}} + (1-\beta_1) \frac{g_t}{1-\beta_1^t}, \quad
+      \theta_t = \theta_{t-1} - \eta_t \frac{\hat m_t}{\sqrt{\hat v_t + \epsilon_{root}} + \epsilon}.
+
+    Args:
+      learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
+      b1: :math:`\beta_1 \in [0, 1)`.
+      b2: :math:`\beta_2 \in [0, 1)`.
+      eps: :math:`\epsilon \ge 0`.
+      eps_root: :math:`\epsilon_{root} \ge 0`.
+      mu_dtype: dtype of the first moment.
+      nesterov: keep True for NAdam (False gives :func:`adam`).
+      nu_dtype: dtype of the second moment.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> opt = gradax.nadam(learning_rate=0.1)
+      >>> u, _ = opt.update(jnp.array([1.0]), opt.init(jnp.zeros(1)))
+      >>> u.shape
+      (1,)
+
+    References:
+      Dozat, 2016, "Incorporating Nesterov Momentum into Adam".
+    """
+    return _adam_chain("nadam", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype)
+
+
+def nadamw(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any | None = None,
+    weight_decay: ScalarOrSchedule = 1e-4,
+    mask: MaskOrFn = None,
+    *,
+    nesterov: bool = True,
+    nu_dtype: Any | None = None,
+) -> GradientTransformationExtraArgs:
+    r"""NAdamW: :func:`adamw` with Nesterov momentum (``nesterov=True`` by default).
+
+    .. math::
+      \theta_{t} = \theta_{t-1} - \eta_t \left(\frac{\hat m_t}{\sqrt{\hat v_t + \epsilon_{root}} + \epsilon}
+      + \lambda_t \theta_{t-1}\right), \quad
+      \hat m_t = \beta_1 \frac{m_t}{1-\beta_1^{t+1}} + (1-\beta_1) \frac{g_t}{1-\beta_1^t}.
+
+    Args:
+      learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
+      b1: :math:`\beta_1 \in [0, 1)`.
+      b2: :math:`\beta_2 \in [0, 1)`.
+      eps: :math:`\epsilon \ge 0`.
+      eps_root: :math:`\epsilon_{root} \ge 0`.
+      mu_dtype: dtype of the first moment.
+      weight_decay: :math:`\lambda`, a number, an array or a schedule.
+      mask: which parameters to decay (see :func:`adamw`).
+      nesterov: keep True for NAdamW.
+      nu_dtype: dtype of the second moment.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> opt = gradax.nadamw(learning_rate=0.1)
+      >>> params = jnp.ones(1)
+      >>> u, _ = opt.update(jnp.array([1.0]), opt.init(params), params)
+      >>> u.shape
+      (1,)
+
+    References:
+      Dozat, 2016, "Incorporating Nesterov Momentum into Adam";
+      Loshchilov and Hutter, 2019, "Decoupled Weight Decay Regularization".
+    """
+    return _adam_chain(
+        "nadamw", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, decay=(weight_decay, mask)
+    )

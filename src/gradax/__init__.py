@@ -92,6 +92,8 @@ from .transforms._clipping import clip_by_block_rms as clip_by_block_rms
 from .transforms._clipping import clip_by_global_norm as clip_by_global_norm
 from .transforms._clipping import per_example_global_norm_clip as per_example_global_norm_clip
 from .transforms._clipping import per_example_layer_norm_clip as per_example_layer_norm_clip
+from .optimizers._trust import fromage as fromage
+from .optimizers._trust import lars as lars
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 from .transforms._masking import MaskedNode as MaskedNode

@@ -45,6 +45,20 @@ from .optimizers._sgd import sgd as sgd
 # --- tree utilities and schedules (section owned by the tree/schedules work) ----------------------------------------
 
 # --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------
+from .optimizers._lion import ScaleByLionState as ScaleByLionState
+from .optimizers._lion import lion as lion
+from .optimizers._lion import scale_by_lion as scale_by_lion
+from .optimizers._adan import ScaleByAdanState as ScaleByAdanState
+from .optimizers._adan import adan as adan
+from .optimizers._adan import scale_by_adan as scale_by_adan
+from .optimizers._novograd import ScaleByNovogradState as ScaleByNovogradState
+from .optimizers._novograd import novograd as novograd
+from .optimizers._novograd import scale_by_novograd as scale_by_novograd
+from .optimizers._optimistic import optimistic_adam as optimistic_adam
+from .optimizers._optimistic import optimistic_adam_v2 as optimistic_adam_v2
+from .optimizers._optimistic import optimistic_gradient_descent as optimistic_gradient_descent
+from .optimizers._optimistic import scale_by_optimistic_gradient as scale_by_optimistic_gradient
+from .optimizers._lamb import lamb as lamb
 from .optimizers._adam_variants import ScaleByAmsgradState as ScaleByAmsgradState
 from .optimizers._adam_variants import ScaleByBeliefState as ScaleByBeliefState
 from .optimizers._adam_variants import adabelief as adabelief

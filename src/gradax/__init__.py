@@ -43,6 +43,30 @@ from .transforms._scaling import scale_by_schedule as scale_by_schedule
 from .optimizers._sgd import sgd as sgd
 
 # --- tree utilities and schedules (section owned by the tree/schedules work) ----------------------------------------
+from .schedules._inject import InjectHyperparamsState as InjectHyperparamsState
+from .schedules._inject import InjectStatefulHyperparamsState as InjectStatefulHyperparamsState
+from .schedules._inject import WrappedSchedule as WrappedSchedule
+from .schedules._inject import inject_hyperparams as inject_hyperparams
+from .schedules._inject import inject_stateful_hyperparams as inject_stateful_hyperparams
+from .schedules._join import join_schedules as join_schedules
+from .schedules._schedule import constant_schedule as constant_schedule
+from .schedules._schedule import cosine_decay_schedule as cosine_decay_schedule
+from .schedules._schedule import cosine_onecycle_schedule as cosine_onecycle_schedule
+from .schedules._schedule import exponential_decay as exponential_decay
+from .schedules._schedule import linear_onecycle_schedule as linear_onecycle_schedule
+from .schedules._schedule import linear_schedule as linear_schedule
+from .schedules._schedule import piecewise_constant_schedule as piecewise_constant_schedule
+from .schedules._schedule import piecewise_interpolate_schedule as piecewise_interpolate_schedule
+from .schedules._schedule import polynomial_schedule as polynomial_schedule
+from .schedules._schedule import sgdr_schedule as sgdr_schedule
+from .schedules._schedule import warmup_constant_schedule as warmup_constant_schedule
+from .schedules._schedule import warmup_cosine_decay_schedule as warmup_cosine_decay_schedule
+from .schedules._schedule import warmup_exponential_decay_schedule as warmup_exponential_decay_schedule
+from .tree._math import bias_correction as bias_correction
+from .tree._math import update_infinity_moment as update_infinity_moment
+from .tree._math import update_moment as update_moment
+from .tree._math import update_moment_per_elem_norm as update_moment_per_elem_norm
+from .tree._state import map_params as tree_map_params
 
 # --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------
 from .optimizers._lion import ScaleByLionState as ScaleByLionState
@@ -126,3 +150,6 @@ from .transforms._partition import selective_transform as selective_transform
 # --- losses and the rest of the surface (section owned by the losses work) ------------------------------------------
 
 # --- submodules -----------------------------------------------------------------------------------------------------
+from . import schedules as schedules
+from . import tree as tree
+from . import tree_utils as tree_utils

@@ -146,6 +146,15 @@ from .transforms._partition import partition as partition
 from .transforms._partition import path_labels as path_labels
 from .transforms._partition import path_mask as path_mask
 from .transforms._partition import selective_transform as selective_transform
+from .transforms._accumulation import EmaState as EmaState
+from .transforms._accumulation import ema as ema
+from .transforms._multisteps import ApplyEvery as ApplyEvery
+from .transforms._multisteps import MultiSteps as MultiSteps
+from .transforms._multisteps import MultiStepsState as MultiStepsState
+from .transforms._multisteps import ShouldSkipUpdateFunction as ShouldSkipUpdateFunction
+from .transforms._multisteps import apply_every as apply_every
+from .transforms._multisteps import skip_large_updates as skip_large_updates
+from .transforms._multisteps import skip_not_finite as skip_not_finite
 
 # --- losses and the rest of the surface (section owned by the losses work) ------------------------------------------
 

@@ -30,3 +30,14 @@ from ._partition import partition as partition
 from ._partition import path_labels as path_labels
 from ._partition import path_mask as path_mask
 from ._partition import selective_transform as selective_transform
+from ._accumulation import TraceState as TraceState
+from ._accumulation import trace as trace
+from ._combining import chain as chain
+from ._combining import named_chain as named_chain
+from ._accumulation import EmaState as EmaState
+from ._accumulation import ema as ema
+from ._multisteps import MultiSteps as MultiSteps
+from ._multisteps import MultiStepsState as MultiStepsState
+from ._multisteps import ShouldSkipUpdateFunction as ShouldSkipUpdateFunction
+from ._multisteps import skip_large_updates as skip_large_updates
+from ._multisteps import skip_not_finite as skip_not_finite

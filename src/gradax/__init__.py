@@ -66,7 +66,7 @@ from .tree._math import bias_correction as bias_correction
 from .tree._math import update_infinity_moment as update_infinity_moment
 from .tree._math import update_moment as update_moment
 from .tree._math import update_moment_per_elem_norm as update_moment_per_elem_norm
-from .tree._state import map_params as tree_map_params
+from .tree._state import map_params as tree_map_params  # noqa: F401 - public under Optax's name
 
 # --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------
 from .optimizers._lion import ScaleByLionState as ScaleByLionState

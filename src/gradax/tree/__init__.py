@@ -1,5 +1,7 @@
 """gradax.tree: arithmetic, casting, random sampling and state access on pytrees."""
 
+# ruff: noqa: A004 - the public names of Optax's tree namespace (max, min, sum, set) shadow builtins here only
+
 from ._casting import cast as cast
 from ._casting import cast_like as cast_like
 from ._casting import dtype as dtype

@@ -1,5 +1,7 @@
 """gradax.tree_utils: Optax's ``tree_*`` names for the functions of :mod:`gradax.tree` (the same objects)."""
 
+# ruff: noqa: F401 - every import here is a public re-export under Optax's tree_* name
+
 from ..tree._casting import cast as tree_cast
 from ..tree._casting import cast_like as tree_cast_like
 from ..tree._casting import dtype as tree_dtype

@@ -132,6 +132,15 @@ from .transforms._clipping import per_example_global_norm_clip as per_example_gl
 from .transforms._clipping import per_example_layer_norm_clip as per_example_layer_norm_clip
 from .optimizers._trust import fromage as fromage
 from .optimizers._trust import lars as lars
+from .transforms._linesearch import ScaleByBacktrackingLinesearchState as ScaleByBacktrackingLinesearchState
+from .transforms._linesearch import ScaleByZoomLinesearchState as ScaleByZoomLinesearchState
+from .transforms._linesearch import ZoomLinesearchInfo as ZoomLinesearchInfo
+from .transforms._linesearch import scale_by_backtracking_linesearch as scale_by_backtracking_linesearch
+from .transforms._linesearch import scale_by_zoom_linesearch as scale_by_zoom_linesearch
+from .transforms._linesearch import value_and_grad_from_state as value_and_grad_from_state
+from .optimizers._lbfgs import ScaleByLBFGSState as ScaleByLBFGSState
+from .optimizers._lbfgs import lbfgs as lbfgs
+from .optimizers._lbfgs import scale_by_lbfgs as scale_by_lbfgs
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 from .transforms._masking import MaskedNode as MaskedNode

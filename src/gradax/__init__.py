@@ -141,6 +141,10 @@ from .transforms._linesearch import value_and_grad_from_state as value_and_grad_
 from .optimizers._lbfgs import ScaleByLBFGSState as ScaleByLBFGSState
 from .optimizers._lbfgs import lbfgs as lbfgs
 from .optimizers._lbfgs import scale_by_lbfgs as scale_by_lbfgs
+from ._linear_algebra import matrix_inverse_pth_root as matrix_inverse_pth_root
+from ._linear_algebra import multi_normal as multi_normal
+from ._linear_algebra import nnls as nnls
+from ._linear_algebra import power_iteration as power_iteration
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 from .transforms._masking import MaskedNode as MaskedNode
@@ -171,3 +175,4 @@ from .transforms._multisteps import skip_not_finite as skip_not_finite
 from . import schedules as schedules
 from . import tree as tree
 from . import tree_utils as tree_utils
+from . import second_order as second_order

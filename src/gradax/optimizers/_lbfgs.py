@@ -163,13 +163,15 @@ def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True) -> Gr
     return GradientTransformation(init, update)
 
 
+# the default line search of lbfgs (a stateless factory result, shared by every call)
+_DEFAULT_LINESEARCH = scale_by_zoom_linesearch(max_linesearch_steps=20, initial_guess_strategy="one")
+
+
 def lbfgs(
     learning_rate: ScalarOrSchedule | None = None,
     memory_size: int = 10,
     scale_init_precond: bool = True,
-    linesearch: GradientTransformation | None = scale_by_zoom_linesearch(
-        max_linesearch_steps=20, initial_guess_strategy="one"
-    ),
+    linesearch: GradientTransformation | None = _DEFAULT_LINESEARCH,
 ) -> GradientTransformationExtraArgs:
     r"""L-BFGS: quasi-Newton descent along the L-BFGS direction, with a step size chosen by a line search.
 

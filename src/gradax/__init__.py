@@ -145,6 +145,12 @@ from ._linear_algebra import matrix_inverse_pth_root as matrix_inverse_pth_root
 from ._linear_algebra import multi_normal as multi_normal
 from ._linear_algebra import nnls as nnls
 from ._linear_algebra import power_iteration as power_iteration
+from .optimizers._adagrad import ScaleByRssState as ScaleByRssState
+from .optimizers._adagrad import scale_by_rss as scale_by_rss
+from .optimizers._adagrad import adagrad as adagrad
+from .optimizers._adadelta import ScaleByAdaDeltaState as ScaleByAdaDeltaState
+from .optimizers._adadelta import scale_by_adadelta as scale_by_adadelta
+from .optimizers._adadelta import adadelta as adadelta
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 from .transforms._masking import MaskedNode as MaskedNode

@@ -13,6 +13,7 @@ from .._base import EmptyState, GradientTransformation, MaskOrFn, ScalarOrSchedu
 from .._checks import argument_error, check_interval, check_needs, check_non_negative
 from .._hyperparams import as_value, is_schedule, value_at
 from .._numerics import compute_dtype, safe_int32_increment
+from ._masking import masked
 
 AddDecayedWeightsState = EmptyState
 
@@ -82,8 +83,6 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = N
     tx = GradientTransformation(init, update)
     if mask is None:
         return tx
-    from ._masking import masked  # the shared mask mechanism (transforms/_masking.py)
-
     return masked(tx, mask)
 
 

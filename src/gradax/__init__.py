@@ -174,6 +174,21 @@ from .transforms._multisteps import ShouldSkipUpdateFunction as ShouldSkipUpdate
 from .transforms._multisteps import apply_every as apply_every
 from .transforms._multisteps import skip_large_updates as skip_large_updates
 from .transforms._multisteps import skip_not_finite as skip_not_finite
+from .transforms._conditionality import ApplyIfFiniteState as ApplyIfFiniteState
+from .transforms._conditionality import ConditionallyMaskState as ConditionallyMaskState
+from .transforms._conditionality import ConditionallyTransformState as ConditionallyTransformState
+from .transforms._conditionality import apply_if_finite as apply_if_finite
+from .transforms._conditionality import conditionally_mask as conditionally_mask
+from .transforms._conditionality import conditionally_transform as conditionally_transform
+from .transforms._layouts import flatten as flatten
+from .transforms._lookahead import LookaheadParams as LookaheadParams
+from .transforms._lookahead import LookaheadState as LookaheadState
+from .transforms._lookahead import lookahead as lookahead
+from .transforms._monitoring import MonitorState as MonitorState
+from .transforms._monitoring import SnapshotState as SnapshotState
+from .transforms._monitoring import measure_with_ema as measure_with_ema
+from .transforms._monitoring import monitor as monitor
+from .transforms._monitoring import snapshot as snapshot
 
 # --- losses and the rest of the surface (section owned by the losses work) ------------------------------------------
 

@@ -41,3 +41,16 @@ from ._multisteps import MultiStepsState as MultiStepsState
 from ._multisteps import ShouldSkipUpdateFunction as ShouldSkipUpdateFunction
 from ._multisteps import skip_large_updates as skip_large_updates
 from ._multisteps import skip_not_finite as skip_not_finite
+from ._conditionality import ApplyIfFiniteState as ApplyIfFiniteState
+from ._conditionality import ConditionFn as ConditionFn
+from ._conditionality import ConditionallyMaskState as ConditionallyMaskState
+from ._conditionality import ConditionallyTransformState as ConditionallyTransformState
+from ._conditionality import apply_if_finite as apply_if_finite
+from ._conditionality import conditionally_mask as conditionally_mask
+from ._conditionality import conditionally_transform as conditionally_transform
+from ._layouts import flatten as flatten
+from ._monitoring import MonitorState as MonitorState
+from ._monitoring import SnapshotState as SnapshotState
+from ._monitoring import measure_with_ema as measure_with_ema
+from ._monitoring import monitor as monitor
+from ._monitoring import snapshot as snapshot

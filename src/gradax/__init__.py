@@ -151,6 +151,17 @@ from .optimizers._adagrad import adagrad as adagrad
 from .optimizers._adadelta import ScaleByAdaDeltaState as ScaleByAdaDeltaState
 from .optimizers._adadelta import scale_by_adadelta as scale_by_adadelta
 from .optimizers._adadelta import adadelta as adadelta
+from .optimizers._sign import scale_by_sign as scale_by_sign
+from .optimizers._sign import sign_sgd as sign_sgd
+from .optimizers._sign import signum as signum
+from .optimizers._misc import scale_gradient as scale_gradient
+from .optimizers._misc import normalize_by_update_norm as normalize_by_update_norm
+from .optimizers._misc import centralize as centralize
+from .optimizers._misc import scale_by_param_block_norm as scale_by_param_block_norm
+from .optimizers._misc import scale_by_param_block_rms as scale_by_param_block_rms
+from .optimizers._rprop import ScaleByRpropState as ScaleByRpropState
+from .optimizers._rprop import scale_by_rprop as scale_by_rprop
+from .optimizers._rprop import rprop as rprop
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 from .transforms._masking import MaskedNode as MaskedNode

@@ -14,7 +14,7 @@ def random_tree(seed: int = 0, dtype=jnp.float32, shapes=None):
     """A small pytree of random arrays (a matrix, a vector, a scalar and a 3-d array)."""
     shapes = shapes or {"w": (4, 3), "b": (3,), "s": (), "t": (2, 3, 2)}
     keys = jax.random.split(jax.random.key(seed), len(shapes))
-    return {name: jax.random.normal(k, shape, dtype) for k, (name, shape) in zip(keys, shapes.items())}
+    return {name: jax.random.normal(k, shapes[name], dtype) for k, name in zip(keys, sorted(shapes))}
 
 
 def run(tx, params, steps: int = 10, seed: int = 1, extra_args=None, lib=gradax):

@@ -211,8 +211,8 @@ def inject_hyperparams(
       >>> opt = gradax.inject_hyperparams(gradax.sgd)(learning_rate=gradax.linear_schedule(0.1, 0.0, 10))
       >>> state = opt.init({"w": jnp.ones(2)})
       >>> updates, state = opt.update({"w": jnp.ones(2)}, state)
-      >>> updates["w"], state.hyperparams["learning_rate"]
-      (Array([-0.1, -0.1], dtype=float32), Array(0.09, dtype=float32))
+      >>> updates["w"], state.hyperparams["learning_rate"]  # the value this update used: schedule(0)
+      (Array([-0.1, -0.1], dtype=float32), Array(0.1, dtype=float32))
     """
     api = "inject_hyperparams"
     static = {static_args} if isinstance(static_args, str) else set(static_args)

@@ -54,7 +54,9 @@ def _polynomial(api, init_value, end_value, power, transition_steps, transition_
 
     def schedule(count):
         done = jnp.clip(count - transition_begin, 0, transition_steps)
-        remaining = 1 - done / transition_steps
+        # Clamped at 0: under jit XLA turns ``done / T`` into ``done * (1/T)``, which can exceed 1 at the end, and a
+        # fractional power of the tiny negative base is NaN (Optax 0.2.8's behaviour under jit).
+        remaining = jnp.maximum(1 - done / transition_steps, 0)
         return (init_value - end_value) * (remaining**power) + end_value
 
     return schedule
@@ -257,7 +259,7 @@ def cosine_decay_schedule(
       >>> import gradax
       >>> schedule = gradax.cosine_decay_schedule(1.0, decay_steps=4, alpha=0.1)
       >>> [round(float(schedule(t)), 4) for t in range(6)]
-      [1.0, 0.9232, 0.55, 0.1768, 0.1, 0.1]
+      [1.0, 0.8682, 0.55, 0.2318, 0.1, 0.1]
 
     References:
       Loshchilov and Hutter, 2017, "SGDR: Stochastic Gradient Descent with Warm Restarts".

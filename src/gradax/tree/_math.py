@@ -27,8 +27,8 @@ def add(tree_x: Any, tree_y: Any, *other_trees: Any) -> Any:
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.add({"a": jnp.array(1.0)}, {"a": jnp.array(2.0)}, {"a": jnp.array(3.0)})
-      {'a': Array(6., dtype=float32)}
+      >>> gradax.tree.add({"a": jnp.array([1.0])}, {"a": jnp.array([2.0])}, {"a": jnp.array([3.0])})
+      {'a': Array([6.], dtype=float32)}
     """
     return jax.tree.map(lambda x, *ys: functools.reduce(operator.add, ys, x), tree_x, tree_y, *other_trees)
 
@@ -38,8 +38,8 @@ def sub(tree_x: Any, tree_y: Any) -> Any:
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.sub([jnp.array(3.0)], [jnp.array(1.0)])
-      [Array(2., dtype=float32)]
+      >>> gradax.tree.sub([jnp.array([3.0])], [jnp.array([1.0])])
+      [Array([2.], dtype=float32)]
     """
     return jax.tree.map(operator.sub, tree_x, tree_y)
 
@@ -49,8 +49,8 @@ def mul(tree_x: Any, tree_y: Any) -> Any:
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.mul([jnp.array(3.0)], [jnp.array(2.0)])
-      [Array(6., dtype=float32)]
+      >>> gradax.tree.mul([jnp.array([3.0])], [jnp.array([2.0])])
+      [Array([6.], dtype=float32)]
     """
     return jax.tree.map(operator.mul, tree_x, tree_y)
 
@@ -60,8 +60,8 @@ def div(tree_x: Any, tree_y: Any) -> Any:
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.div([jnp.array(3.0)], [jnp.array(2.0)])
-      [Array(1.5, dtype=float32)]
+      >>> gradax.tree.div([jnp.array([3.0])], [jnp.array([2.0])])
+      [Array([1.5], dtype=float32)]
     """
     return jax.tree.map(operator.truediv, tree_x, tree_y)
 
@@ -82,8 +82,8 @@ def add_scale(tree_x: Any, scalar: ArrayLike, tree_y: Any) -> Any:
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.add_scale([jnp.array(1.0)], 0.5, [jnp.array(4.0)])
-      [Array(3., dtype=float32)]
+      >>> gradax.tree.add_scale([jnp.array([1.0])], 0.5, [jnp.array([4.0])])
+      [Array([3.], dtype=float32)]
     """
     factor = jnp.asarray(scalar)
     return jax.tree.map(lambda x, y: None if x is None else x + factor * y, tree_x, tree_y, is_leaf=_is_none)
@@ -124,7 +124,7 @@ def sum(tree: Any, associative_reduction: bool = False) -> ArrayLike:  # noqa: A
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.sum({"a": jnp.array([1.0, 2.0]), "b": jnp.array(3.0)})
+      >>> gradax.tree.sum({"a": jnp.array([1.0, 2.0]), "b": jnp.array([3.0])})
       Array(6., dtype=float32)
     """
     sums = jax.tree.leaves(jax.tree.map(jnp.sum, tree))
@@ -150,7 +150,7 @@ def max(tree: Any) -> ArrayLike:  # noqa: A001 - the public name
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.max({"a": jnp.array([1.0, 5.0]), "b": jnp.array(3.0)})
+      >>> gradax.tree.max({"a": jnp.array([1.0, 5.0]), "b": jnp.array([3.0])})
       Array(5., dtype=float32)
     """
     return _reduce_nonempty(tree, jnp.max, jnp.maximum, -float("inf"))
@@ -161,7 +161,7 @@ def min(tree: Any) -> ArrayLike:  # noqa: A001 - the public name
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.min({"a": jnp.array([1.0, 5.0]), "b": jnp.array(3.0)})
+      >>> gradax.tree.min({"a": jnp.array([1.0, 5.0]), "b": jnp.array([3.0])})
       Array(1., dtype=float32)
     """
     return _reduce_nonempty(tree, jnp.min, jnp.minimum, float("inf"))
@@ -183,8 +183,8 @@ def conj(tree: Any) -> Any:
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.conj([jnp.array(1.0 + 2.0j)])
-      [Array(1.-2.j, dtype=complex64)]
+      >>> gradax.tree.conj([jnp.array([1.0 + 2.0j])])
+      [Array([1.-2.j], dtype=complex64)]
     """
     return jax.tree.map(jnp.conj, tree)
 
@@ -194,8 +194,8 @@ def real(tree: Any) -> Any:
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.real([jnp.array(1.0 + 2.0j)])
-      [Array(1., dtype=float32)]
+      >>> gradax.tree.real([jnp.array([1.0 + 2.0j])])
+      [Array([1.], dtype=float32)]
     """
     return jax.tree.map(jnp.real, tree)
 
@@ -285,8 +285,8 @@ def where(condition, tree_x, tree_y):
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.where(jnp.array(False), [jnp.array(1.0)], [jnp.array(2.0)])
-      [Array(2., dtype=float32)]
+      >>> gradax.tree.where(jnp.array(False), [jnp.array([1.0])], [jnp.array([2.0])])
+      [Array([2.], dtype=float32)]
     """
     return jax.tree.map(lambda x, y: jnp.where(condition, x, y), tree_x, tree_y)
 
@@ -298,7 +298,7 @@ def allclose(a: Any, b: Any, rtol: ArrayLike = 1e-05, atol: ArrayLike = 1e-08, e
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> bool(gradax.tree.allclose([jnp.array(1.0)], [jnp.array(1.0 + 1e-7)]))
+      >>> bool(gradax.tree.allclose([jnp.array([1.0])], [jnp.array(1.0 + 1e-7)]))
       True
     """
     checks = jax.tree.leaves(
@@ -314,8 +314,8 @@ def update_moment(updates, moments, decay, order):
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.update_moment([jnp.array(2.0)], [jnp.array(0.0)], 0.5, 2)
-      [Array(2., dtype=float32)]
+      >>> gradax.tree.update_moment([jnp.array([2.0])], [jnp.array([0.0])], 0.5, 2)
+      [Array([2.], dtype=float32)]
     """
     return jax.tree.map(
         lambda g, m: None if g is None else (1 - decay) * (g**order) + decay * m, updates, moments, is_leaf=_is_none
@@ -329,8 +329,8 @@ def update_infinity_moment(updates, moments, decay, eps):
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.update_infinity_moment([jnp.array(-2.0)], [jnp.array(3.0)], 0.5, 0.0)
-      [Array(2., dtype=float32)]
+      >>> gradax.tree.update_infinity_moment([jnp.array([-2.0])], [jnp.array([3.0])], 0.5, 0.0)
+      [Array([2.], dtype=float32)]
     """
     return jax.tree.map(
         lambda g, m: None if g is None else jnp.maximum(jnp.abs(g) + eps, decay * m),
@@ -356,8 +356,8 @@ def update_moment_per_elem_norm(updates, moments, decay, order):
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.update_moment_per_elem_norm([jnp.array(3.0 + 4.0j)], [jnp.array(0.0)], 0.0, 2)
-      [Array(25., dtype=float32)]
+      >>> gradax.tree.update_moment_per_elem_norm([jnp.array([3.0 + 4.0j])], [jnp.array([0.0])], 0.0, 2)
+      [Array([25.], dtype=float32)]
     """
     return jax.tree.map(
         lambda g, m: None if g is None else (1 - decay) * _abs_pow(g, order) + decay * m,
@@ -373,8 +373,8 @@ def bias_correction(moment, decay, count):
 
     Example:
       >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.bias_correction([jnp.array(0.1)], 0.9, 1)
-      [Array(1., dtype=float32)]
+      >>> gradax.tree.bias_correction([jnp.array([0.1])], 0.9, 1)
+      [Array([1.], dtype=float32)]
     """
     correction = 1 - decay**count
     return jax.tree.map(lambda m: m / correction.astype(m.dtype), moment)

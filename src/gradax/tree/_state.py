@@ -103,7 +103,7 @@ def get_all_with_path(
       >>> import gradax, jax.numpy as jnp
       >>> state = gradax.sgd(0.1, momentum=0.9).init({"w": jnp.zeros(2)})
       >>> [(jax.tree_util.keystr(path), value) for path, value in gradax.tree.get_all_with_path(state, "trace")]
-      [("[0]TraceState.trace", {'w': Array([0., 0.], dtype=float32)})]
+      [('[0]TraceState.trace', {'w': Array([0., 0.], dtype=float32)})]
     """
     found: list[tuple[KeyPath, Any]] = []
     _walk((), tree, key, found)
@@ -189,7 +189,7 @@ def set(tree: Any, filtering: Callable[[KeyPath, Any], bool] | None = None, /, *
     Example:
       >>> import gradax, jax.numpy as jnp
       >>> opt = gradax.inject_hyperparams(gradax.sgd)(learning_rate=0.1)
-      >>> state = gradax.tree.set(opt.init({"w": jnp.zeros(2)}), learning_rate=jnp.asarray(0.01))
+      >>> state = gradax.tree.set(opt.init({"w": jnp.zeros(2)}), learning_rate=jnp.float32(0.01))
       >>> state.hyperparams["learning_rate"]
       Array(0.01, dtype=float32)
     """

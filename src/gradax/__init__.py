@@ -162,6 +162,9 @@ from .optimizers._misc import scale_by_param_block_rms as scale_by_param_block_r
 from .optimizers._rprop import ScaleByRpropState as ScaleByRpropState
 from .optimizers._rprop import scale_by_rprop as scale_by_rprop
 from .optimizers._rprop import rprop as rprop
+from .optimizers._sm3 import ScaleBySM3State as ScaleBySM3State
+from .optimizers._sm3 import scale_by_sm3 as scale_by_sm3
+from .optimizers._sm3 import sm3 as sm3
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 from .transforms._masking import MaskedNode as MaskedNode

@@ -21,11 +21,9 @@ from ._constraining import zero_nans as zero_nans
 from ._masking import MaskedNode as MaskedNode
 from ._masking import MaskedState as MaskedState
 from ._masking import masked as masked
-from ._partition import MultiTransformState as MultiTransformState
 from ._partition import PartitionState as PartitionState
 from ._partition import describe_labels as describe_labels
 from ._partition import freeze as freeze
-from ._partition import multi_transform as multi_transform
 from ._partition import partition as partition
 from ._partition import path_labels as path_labels
 from ._partition import path_mask as path_mask

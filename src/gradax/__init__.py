@@ -165,6 +165,9 @@ from .optimizers._rprop import rprop as rprop
 from .optimizers._sm3 import ScaleBySM3State as ScaleBySM3State
 from .optimizers._sm3 import scale_by_sm3 as scale_by_sm3
 from .optimizers._sm3 import sm3 as sm3
+from .optimizers._adafactor import FactoredState as FactoredState
+from .optimizers._adafactor import scale_by_factored_rms as scale_by_factored_rms
+from .optimizers._adafactor import adafactor as adafactor
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 from .transforms._masking import MaskedNode as MaskedNode

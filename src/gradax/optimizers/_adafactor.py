@@ -1,0 +1,234 @@
+"""Adafactor: second-moment estimates factored into row and column statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, Params, ScalarOrSchedule
+from .._checks import check_decay, check_int, check_non_negative, check_positive
+from .._hyperparams import as_value, hyperparam_dtype, is_schedule
+from .._maps import map_n
+from .._numerics import abs_sq, compute_dtype, safe_int32_increment, state_dtype
+from ..transforms._accumulation import ema
+from ..transforms._adding import add_decayed_weights
+from ..transforms._clipping import clip_by_block_rms
+from ..transforms._combining import chain
+from ..transforms._scaling import scale, scale_by_learning_rate
+from ._misc import scale_by_param_block_rms
+
+
+class FactoredState(NamedTuple):
+    """State of :func:`scale_by_factored_rms`.
+
+    For a factored leaf ``v`` is a placeholder of shape ``(1,)``; for a leaf that is not factored ``v_row`` and
+    ``v_col`` are placeholders of shape ``(1,)`` (Optax's layout, so checkpoints are interchangeable).
+    """
+
+    count: jax.Array  # shape=(), dtype=int32: the number of updates so far
+    v_row: Params  # per leaf: the shape without its largest axis (factored), else (1,)
+    v_col: Params  # per leaf: the shape without its second-largest axis (factored), else (1,)
+    v: Params  # per leaf: the full second moment (not factored), else (1,)
+
+
+def _decay_rate_pow(step: ArrayLike, exponent: ArrayLike = 0.8) -> jax.Array:
+    """Adafactor's second-moment decay at (0-based) ``step``: :math:`1 - (step + 1)^{-exponent}`."""
+    t = jnp.asarray(step + 1, hyperparam_dtype())
+    return 1.0 - t ** (-as_value(exponent))
+
+
+def factored_dims(shape: tuple[int, ...], factored: bool, min_dim_size_to_factor: int) -> tuple[int, int] | None:
+    """``(second_largest_axis, largest_axis)`` of ``shape`` when it is factored, else None.
+
+    A shape is factored when ``factored`` is set, it has rank >= 2 and its second-largest axis has at least
+    ``min_dim_size_to_factor`` entries. Ties between axes are broken as ``numpy.argsort`` does (Optax's convention).
+    """
+    if not factored or len(shape) < 2:
+        return None
+    order = np.argsort(shape)
+    if shape[order[-2]] < min_dim_size_to_factor:
+        return None
+    return int(order[-2]), int(order[-1])
+
+
+def scale_by_factored_rms(
+    factored: bool = True,
+    decay_rate: ArrayLike = 0.8,
+    step_offset: ArrayLike = 0,
+    min_dim_size_to_factor: int = 128,
+    epsilon: ArrayLike = 1e-30,
+    decay_rate_fn: Callable[[ArrayLike, ArrayLike], ArrayLike] = _decay_rate_pow,
+) -> GradientTransformation:
+    r"""Divides updates by a factored estimate of the RMS of past gradients (Adafactor's scaling).
+
+    With :math:`\hat\beta_t` = ``decay_rate_fn(t - step_offset, decay_rate)`` (default :math:`1 - (t+1)^{-0.8}`)
+    and :math:`G = |g_t|^2 + \epsilon`, for a matrix-like leaf whose two largest axes are factored:
+
+    .. math::
+      R_t = \hat\beta_t R_{t-1} + (1 - \hat\beta_t)\,\mathrm{mean}_{\text{largest axis}}(G), \quad
+      C_t = \hat\beta_t C_{t-1} + (1 - \hat\beta_t)\,\mathrm{mean}_{\text{second axis}}(G), \quad
+      u_t = \frac{g_t}{\sqrt{R_t C_t / \mathrm{mean}(R_t)}},
+
+    and for other leaves :math:`V_t = \hat\beta_t V_{t-1} + (1 - \hat\beta_t) G`, :math:`u_t = g_t / \sqrt{V_t}`.
+
+    Args:
+      factored: factor the second moment of leaves of rank >= 2.
+      decay_rate: the exponent of the default decay schedule (> 0).
+      step_offset: subtracted from the step before the decay schedule (for fine-tuning).
+      min_dim_size_to_factor: factor only when the second-largest axis has at least this many entries.
+      epsilon: :math:`\epsilon \ge 0`, added to the squared gradients.
+      decay_rate_fn: ``decay_rate_fn(step, decay_rate) -> decay`` for step 0, 1, ...
+
+    Returns:
+      A :class:`GradientTransformation` with state :class:`FactoredState`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> tx = gradax.scale_by_factored_rms(min_dim_size_to_factor=2, epsilon=0.0)
+      >>> tx.update(jnp.array([[1.0, 2.0], [2.0, 4.0]]), tx.init(jnp.zeros((2, 2))))[0]
+      Array([[1., 1.],
+             [1., 1.]], dtype=float32)
+
+    References:
+      Shazeer and Stern, 2018, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost";
+      Zhai et al., 2021, "Scaling Vision Transformers".
+    """
+    api = "scale_by_factored_rms"
+    check_int(api, "min_dim_size_to_factor", min_dim_size_to_factor, low=0)
+    check_non_negative(api, "epsilon", epsilon)
+    if not callable(decay_rate_fn):
+        raise TypeError(f"{api}(decay_rate_fn=...) must be callable; got {decay_rate_fn!r}.")
+
+    def init(params):
+        def leaf(p):
+            shape, dtype = tuple(jnp.shape(p)), state_dtype(p.dtype)
+            placeholder = jnp.zeros((1,), dtype)
+            dims = factored_dims(shape, factored, min_dim_size_to_factor)
+            if dims is None:
+                return placeholder, placeholder, jnp.zeros(shape, dtype)
+            d1, d0 = dims
+            without = lambda axis: tuple(n for i, n in enumerate(shape) if i != axis)  # noqa: E731
+            return jnp.zeros(without(d0), dtype), jnp.zeros(without(d1), dtype), placeholder
+
+        v_row, v_col, v = map_n(3, leaf, params)
+        return FactoredState(count=jnp.zeros([], jnp.int32), v_row=v_row, v_col=v_col, v=v)
+
+    def update(updates, state, params=None):
+        del params
+        beta = as_value(decay_rate_fn(state.count - step_offset, decay_rate))
+        e = as_value(epsilon)
+
+        def leaf(g, v_row, v_col, v):
+            dtype = compute_dtype(g.dtype)
+            gc = g.astype(dtype)
+            b = beta.astype(dtype) if jnp.issubdtype(dtype, jnp.floating) else beta
+            grad_sqr = abs_sq(gc) + e
+            dims = factored_dims(tuple(g.shape), factored, min_dim_size_to_factor)
+            if dims is None:
+                new_v = b * v.astype(dtype) + (1.0 - b) * grad_sqr
+                new_v = new_v.astype(v.dtype)
+                out = gc * new_v.astype(dtype) ** -0.5
+                return out.astype(g.dtype), jnp.zeros((1,), v_row.dtype), jnp.zeros((1,), v_col.dtype), new_v
+            d1, d0 = dims
+            new_row = (b * v_row.astype(dtype) + (1.0 - b) * jnp.mean(grad_sqr, axis=d0)).astype(v_row.dtype)
+            new_col = (b * v_col.astype(dtype) + (1.0 - b) * jnp.mean(grad_sqr, axis=d1)).astype(v_col.dtype)
+            row = new_row.astype(dtype)
+            col = new_col.astype(dtype)
+            reduced_d1 = d1 - 1 if d1 > d0 else d1
+            row_factor = (row / jnp.mean(row, axis=reduced_d1, keepdims=True)) ** -0.5
+            col_factor = col**-0.5
+            out = gc * jnp.expand_dims(row_factor, axis=d0) * jnp.expand_dims(col_factor, axis=d1)
+            return out.astype(g.dtype), new_row, new_col, jnp.zeros((1,), v.dtype)
+
+        new_updates, v_row, v_col, v = map_n(4, leaf, updates, state.v_row, state.v_col, state.v)
+        count = safe_int32_increment(state.count)
+        return new_updates, FactoredState(count=count, v_row=v_row, v_col=v_col, v=v)
+
+    return GradientTransformation(init, update)
+
+
+def adafactor(
+    learning_rate: ScalarOrSchedule | None = None,
+    min_dim_size_to_factor: int = 128,
+    decay_rate: ArrayLike = 0.8,
+    decay_offset: ArrayLike = 0,
+    multiply_by_parameter_scale: bool = True,
+    clipping_threshold: ArrayLike | None = 1.0,
+    momentum: ArrayLike | None = None,
+    dtype_momentum: Any = jnp.float32,
+    weight_decay_rate: ScalarOrSchedule | None = None,
+    eps: ArrayLike = 1e-30,
+    factored: bool = True,
+    weight_decay_mask: MaskOrFn = None,
+) -> GradientTransformationExtraArgs:
+    r"""Adafactor: factored second moments, update clipping, relative step sizes, optional momentum and decay.
+
+    The chain, each part optional as its argument says:
+
+    .. math::
+      u = \frac{g}{\sqrt{\hat V}} \ (\text{factored RMS}) \;\to\; \frac{u}{\max(1, \mathrm{RMS}(u)/d)} \;\to\;
+      \eta_t u \;\to\; \max(\mathrm{RMS}(\theta), 10^{-3})\, u \;\to\; \mathrm{EMA}_{\beta_1}(u) \;\to\;
+      u + \lambda_t \theta \;\to\; \theta \leftarrow \theta - u.
+
+    Args:
+      learning_rate: :math:`\eta`, a number, an array or a schedule; None skips it (relative steps only).
+      min_dim_size_to_factor: factor a leaf only when its second-largest axis has at least this many entries.
+      decay_rate: exponent of the second-moment decay :math:`1 - t^{-\text{decay\_rate}}` (> 0).
+      decay_offset: step offset of that decay (for fine-tuning).
+      multiply_by_parameter_scale: scale each leaf's update by the RMS of its parameters (at least 1e-3).
+      clipping_threshold: :math:`d > 0`, clip each leaf's update RMS to it; None disables clipping.
+      momentum: :math:`\beta_1 \in [0, 1)` for a (not debiased) moving average of the updates, or None.
+      dtype_momentum: dtype of the momentum.
+      weight_decay_rate: :math:`\lambda \ge 0`, a number, an array or a schedule (added after the learning rate,
+        not multiplied by it), or None.
+      eps: :math:`\epsilon \ge 0`, added to the squared gradients.
+      factored: use factored second moments for leaves of rank >= 2.
+      weight_decay_mask: which parameters get weight decay (pytree of booleans, prefix or function); None: all.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params`` when
+      ``multiply_by_parameter_scale`` or ``weight_decay_rate`` is used.
+
+    Example:
+      >>> import gradax, jax, jax.numpy as jnp
+      >>> params = jnp.array([1.0, -2.0])
+      >>> opt = gradax.adafactor(learning_rate=0.1)
+      >>> state = opt.init(params)
+      >>> for _ in range(100):
+      ...     grads = jax.grad(lambda p: jnp.sum(p**2))(params)
+      ...     updates, state = opt.update(grads, state, params)
+      ...     params = gradax.apply_updates(params, updates)
+      >>> bool(jnp.all(jnp.abs(params) < 0.2))
+      True
+
+    References:
+      Shazeer and Stern, 2018, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost".
+    """
+    api = "adafactor"
+    check_int(api, "min_dim_size_to_factor", min_dim_size_to_factor, low=0)
+    check_positive(api, "decay_rate", decay_rate)
+    check_non_negative(api, "eps", eps)
+    if clipping_threshold is not None:
+        check_positive(api, "clipping_threshold", clipping_threshold)
+    if momentum is not None:
+        check_decay(api, "momentum", momentum)
+    if weight_decay_rate is not None and not is_schedule(weight_decay_rate):
+        check_non_negative(api, "weight_decay_rate", weight_decay_rate)
+    parts = [scale_by_factored_rms(factored, decay_rate, decay_offset, min_dim_size_to_factor, eps)]
+    if clipping_threshold is not None:
+        parts.append(clip_by_block_rms(clipping_threshold))
+    if learning_rate is not None:
+        parts.append(scale_by_learning_rate(learning_rate, flip_sign=False))
+    if multiply_by_parameter_scale:
+        parts.append(scale_by_param_block_rms())
+    if momentum is not None:
+        parts.append(ema(momentum, debias=False, accumulator_dtype=dtype_momentum))
+    if weight_decay_rate is not None:
+        parts.append(add_decayed_weights(weight_decay_rate, mask=weight_decay_mask))
+    parts.append(scale(-1))
+    return chain(*parts)

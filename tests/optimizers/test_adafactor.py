@@ -1,0 +1,178 @@
+"""Tests of scale_by_factored_rms and adafactor (gradax.optimizers._adafactor).
+
+Checked against Optax 0.2.8 on every branch and against a float64 NumPy implementation written from Shazeer & Stern
+(2018), Algorithms 4 and 5 with update clipping, relative step size and first moment.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax  # the test oracle
+import pytest
+
+import gradax
+from tests.optimizers._other_helpers import assert_matches_optax, converges, random_tree
+
+SHAPES = {"m": (3, 4), "v": (5,), "s": (), "t": (2, 3, 4), "n": (4, 2)}
+
+
+def reference_adafactor(params, grads, lr, eps1=1e-30, d=None, relative=False, beta1=None, min_dim=3, decay=0.8):
+    """Float64 Adafactor for one array; leaves of rank 3 factor their two last axes per slice of the first."""
+    x = np.asarray(params, np.float64)
+    shape = x.shape
+    factored = len(shape) >= 2 and sorted(shape)[-2] >= min_dim
+    r = c = v = None
+    m = np.zeros(shape)
+    steps = []
+    for t, g in enumerate(grads, start=1):
+        g = np.asarray(g, np.float64)
+        beta2 = 1.0 - t ** (-decay)
+        sq = g**2 + eps1
+        if factored:
+            # rows: the second-largest axis, columns: the largest (Optax's choice of axes)
+            big = int(np.argsort(shape)[-1])
+            small = int(np.argsort(shape)[-2])
+            row_stat = sq.sum(axis=big)  # R = (G^2 + eps) 1_m
+            col_stat = sq.sum(axis=small)  # C = 1_n^T (G^2 + eps)
+            r = (1 - beta2) * row_stat if r is None else beta2 * r + (1 - beta2) * row_stat
+            c = (1 - beta2) * col_stat if c is None else beta2 * c + (1 - beta2) * col_stat
+            r_total = r.sum(axis=small if small < big else small - 1, keepdims=True)
+            v_hat = np.expand_dims(r / r_total, big) * np.expand_dims(c, small)  # R C / (1^T R)
+        else:
+            v = (1 - beta2) * sq if v is None else beta2 * v + (1 - beta2) * sq
+            v_hat = v
+        u = g / np.sqrt(v_hat)
+        if d is not None:
+            u = u / max(1.0, np.sqrt(np.mean(u**2)) / d)
+        alpha = lr * (max(1e-3, np.sqrt(np.mean(x**2))) if relative else 1.0)
+        step = alpha * u
+        if beta1 is not None:
+            m = beta1 * m + (1 - beta1) * step
+            step = m
+        x = x - step
+        steps.append(-step)
+    return steps
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"learning_rate": 0.1, "multiply_by_parameter_scale": False, "clipping_threshold": None},
+        {"learning_rate": 0.1},
+        {"learning_rate": 0.05, "momentum": 0.9, "clipping_threshold": 0.5, "dtype_momentum": jnp.float64},
+        {"learning_rate": 0.05, "factored": False, "momentum": 0.5, "dtype_momentum": jnp.float64},
+    ],
+)
+def test_float64_reference(kwargs):
+    with jax.enable_x64(True):
+        params = random_tree(3, jnp.float64, SHAPES)
+        grads = [random_tree(20 + i, jnp.float64, SHAPES) for i in range(8)]
+        opt = gradax.adafactor(min_dim_size_to_factor=3, eps=1e-30, **kwargs)
+        state = opt.init(params)
+        p = params
+        outs = []
+        for g in grads:
+            u, state = opt.update(g, state, p)
+            p = gradax.apply_updates(p, u)
+            outs.append(u)
+        for name in SHAPES:
+            ref = reference_adafactor(
+                params[name],
+                [g[name] for g in grads],
+                kwargs["learning_rate"],
+                d=kwargs.get("clipping_threshold", 1.0),
+                relative=kwargs.get("multiply_by_parameter_scale", True),
+                beta1=kwargs.get("momentum"),
+                min_dim=3 if kwargs.get("factored", True) else 10**9,
+            )
+            for got, want in zip(outs, ref):
+                assert got[name].dtype == jnp.float64
+                np.testing.assert_allclose(got[name], want, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"factored": False},
+        {"min_dim_size_to_factor": 3, "decay_rate": 0.5, "step_offset": 2, "epsilon": 1e-3},
+        {"min_dim_size_to_factor": 2, "decay_rate_fn": lambda t, r: jnp.minimum(0.9, 1.0 - (t + 1.0) ** -r)},
+    ],
+)
+def test_scale_by_factored_rms_matches_optax(kwargs):
+    assert_matches_optax(lambda lib: lib.scale_by_factored_rms(**kwargs), params=random_tree(shapes=SHAPES))
+
+
+BRANCHES = [
+    {},
+    {"learning_rate": 0.1, "min_dim_size_to_factor": 3},
+    {"learning_rate": 0.1, "min_dim_size_to_factor": 3, "factored": False},
+    {"learning_rate": 0.1, "min_dim_size_to_factor": 2, "multiply_by_parameter_scale": False},
+    {"learning_rate": 0.1, "min_dim_size_to_factor": 3, "clipping_threshold": None},
+    {"learning_rate": 0.1, "min_dim_size_to_factor": 3, "momentum": 0.9, "dtype_momentum": jnp.float32},
+    {"learning_rate": 0.1, "min_dim_size_to_factor": 3, "weight_decay_rate": 0.01},
+    {
+        "learning_rate": lambda c: 0.1 / (1.0 + c),
+        "min_dim_size_to_factor": 3,
+        "weight_decay_rate": lambda c: 0.01 * 0.9**c,
+        "weight_decay_mask": {"m": True, "v": False, "s": False, "t": True, "n": True},
+        "decay_offset": 1,
+        "decay_rate": 0.6,
+        "eps": 1e-20,
+    },
+]
+
+
+@pytest.mark.parametrize("kwargs", BRANCHES)
+def test_adafactor_matches_optax(kwargs):
+    assert_matches_optax(lambda lib: lib.adafactor(**kwargs), params=random_tree(shapes=SHAPES))
+
+
+def test_state_layout_matches_optax():
+    params = random_tree(shapes=SHAPES)
+    ours = gradax.scale_by_factored_rms(min_dim_size_to_factor=3).init(params)
+    theirs = optax.scale_by_factored_rms(min_dim_size_to_factor=3).init(params)
+    assert ours._fields == theirs._fields == ("count", "v_row", "v_col", "v")
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+    assert ours.v["m"].shape == (1,) and ours.v_row["m"].shape == (3,) and ours.v_col["m"].shape == (4,)
+    assert ours.v_row["v"].shape == (1,) and ours.v["v"].shape == (5,)
+    assert ours.v_row["t"].shape == (2, 3) and ours.v_col["t"].shape == (2, 4)
+
+
+def test_bf16_and_abstract_init():
+    params = {"w": jnp.ones((4, 3), jnp.bfloat16)}
+    opt = gradax.adafactor(0.1, min_dim_size_to_factor=2, momentum=0.9)
+    state = opt.init(params)
+    assert state[0].v_row["w"].dtype == jnp.float32
+    u, s2 = jax.jit(opt.update)(params, state, params)
+    assert u["w"].dtype == jnp.bfloat16
+    assert jax.tree.map(lambda x: x.dtype, state) == jax.tree.map(lambda x: x.dtype, s2)
+    abstract = opt.init({"w": jax.ShapeDtypeStruct((4, 3), jnp.float32)})
+    assert abstract[0].v_row["w"].shape == (3,)
+
+
+def test_converges():
+    assert converges(gradax.adafactor(0.1), steps=300, tol=0.05)[0]
+    assert converges(gradax.adafactor(0.05, multiply_by_parameter_scale=False, momentum=0.5), steps=300)[0]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: gradax.adafactor(decay_rate=0.0), r"adafactor\(decay_rate=\.\.\.\) must be > 0"),
+        (lambda: gradax.adafactor(clipping_threshold=0.0), r"adafactor\(clipping_threshold=\.\.\.\) must be > 0"),
+        (lambda: gradax.adafactor(momentum=1.0), r"adafactor\(momentum=\.\.\.\) must be in \[0, 1\)"),
+        (lambda: gradax.adafactor(eps=-1.0), r"adafactor\(eps=\.\.\.\) must be >= 0"),
+        (lambda: gradax.adafactor(weight_decay_rate=-1.0), r"adafactor\(weight_decay_rate=\.\.\.\) must be >= 0"),
+        (lambda: gradax.scale_by_factored_rms(epsilon=-1.0), r"scale_by_factored_rms\(epsilon=\.\.\.\) must be >= 0"),
+    ],
+)
+def test_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_min_dim_must_be_int():
+    with pytest.raises(TypeError, match=r"adafactor\(min_dim_size_to_factor=\.\.\.\) must be an int"):
+        gradax.adafactor(min_dim_size_to_factor=2.5)

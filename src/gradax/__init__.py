@@ -62,10 +62,6 @@ from .schedules._schedule import sgdr_schedule as sgdr_schedule
 from .schedules._schedule import warmup_constant_schedule as warmup_constant_schedule
 from .schedules._schedule import warmup_cosine_decay_schedule as warmup_cosine_decay_schedule
 from .schedules._schedule import warmup_exponential_decay_schedule as warmup_exponential_decay_schedule
-from .tree._math import bias_correction as bias_correction
-from .tree._math import update_infinity_moment as update_infinity_moment
-from .tree._math import update_moment as update_moment
-from .tree._math import update_moment_per_elem_norm as update_moment_per_elem_norm
 from .tree._state import map_params as tree_map_params  # noqa: F401 - public under Optax's name
 
 # --- optimizers and building blocks (section owned by the optimizers work) ------------------------------------------

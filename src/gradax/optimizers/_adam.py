@@ -10,14 +10,13 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_decay, check_non_negative
-from .._hyperparams import as_value
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
 from ..transforms._accumulation import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._moments import debias_factor, ema_leaf, ema_sq_leaf
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values
 
 
 class ScaleByAdamState(NamedTuple):
@@ -47,7 +46,7 @@ class FirstMomentHat(NamedTuple):
 
     @classmethod
     def at(cls, b1: Any, count_inc: jax.Array, nesterov: bool) -> FirstMomentHat:
-        beta1 = as_value(b1)
+        (beta1,) = hyper_values(b1)
         nxt = debias_factor(beta1, safe_int32_increment(count_inc)) if nesterov else None
         return cls(beta1, 1 - beta1, debias_factor(beta1, count_inc), nxt)
 
@@ -120,10 +119,9 @@ def scale_by_adam(
         del params
         count_inc = safe_int32_increment(state.count)
         hat = FirstMomentHat.at(b1, count_inc, nesterov)
-        beta2 = as_value(b2)
+        beta2, e, e_root = hyper_values(b2, eps, eps_root)
         one_minus_b2 = 1 - beta2
         c2 = debias_factor(beta2, count_inc)
-        e, e_root = as_value(eps), as_value(eps_root)
 
         def leaf(g, m, v):
             gc = g.astype(compute_dtype(g.dtype))

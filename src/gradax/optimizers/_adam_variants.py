@@ -18,7 +18,7 @@ from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import FirstMomentHat, ScaleByAdamState, check_adam_args
-from ._moments import debias_factor, ema_leaf, ema_sq_leaf
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values
 
 
 class ScaleByAmsgradState(NamedTuple):
@@ -96,11 +96,10 @@ def scale_by_amsgrad(
     def update(updates, state, params=None):
         del params
         count_inc = safe_int32_increment(state.count)
-        beta1, beta2 = as_value(b1), as_value(b2)
+        beta1, beta2, e, e_root = hyper_values(b1, b2, eps, eps_root)
         one_minus_b1, one_minus_b2 = 1 - beta1, 1 - beta2
         c1 = debias_factor(beta1, count_inc) if bias_correction_mu else None
         c2 = debias_factor(beta2, count_inc) if bias_correction_nu else None
-        e, e_root = as_value(eps), as_value(eps_root)
 
         def leaf(g, m, v, vmax):
             gc = g.astype(compute_dtype(g.dtype))
@@ -204,10 +203,9 @@ def scale_by_adamax(b1: ArrayLike = 0.9, b2: ArrayLike = 0.999, eps: ArrayLike =
     def update(updates, state, params=None):
         del params
         count_inc = safe_int32_increment(state.count)
-        beta1, beta2 = as_value(b1), as_value(b2)
+        beta1, beta2, e = hyper_values(b1, b2, eps)
         one_minus_b1 = 1 - beta1
         c1 = debias_factor(beta1, count_inc)
-        e = as_value(eps)
 
         def leaf(g, m, v):
             gc = g.astype(compute_dtype(g.dtype))
@@ -346,15 +344,14 @@ def scale_by_radam(
         del params
         count_inc = safe_int32_increment(state.count)
         hat = FirstMomentHat.at(b1, count_inc, nesterov)
-        beta2 = as_value(b2)
+        beta2, e, e_root, thresh = hyper_values(b2, eps, eps_root, threshold)
         one_minus_b2 = 1 - beta2
         c2 = debias_factor(beta2, count_inc)
-        e, e_root = as_value(eps), as_value(eps_root)
         rho_inf = 2 / one_minus_b2 - 1
         b2t = beta2**count_inc
         rho = rho_inf - 2 * count_inc.astype(rho_inf.dtype) * b2t / (1 - b2t)
         rect = jnp.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
-        use_adaptive = rho >= as_value(threshold)
+        use_adaptive = rho >= thresh
 
         def leaf(g, m, v):
             gc = g.astype(compute_dtype(g.dtype))
@@ -463,10 +460,9 @@ def scale_by_belief(
         del params
         count_inc = safe_int32_increment(state.count)
         hat = FirstMomentHat.at(b1, count_inc, nesterov)
-        beta2 = as_value(b2)
+        beta2, e, e_root = hyper_values(b2, eps, eps_root)
         one_minus_b2 = 1 - beta2
         c2 = debias_factor(beta2, count_inc)
-        e, e_root = as_value(eps), as_value(eps_root)
 
         def leaf(g, m, s):
             gc = g.astype(compute_dtype(g.dtype))
@@ -572,10 +568,9 @@ def scale_by_yogi(
     def update(updates, state, params=None):
         del params
         count_inc = safe_int32_increment(state.count)
-        beta1, beta2 = as_value(b1), as_value(b2)
+        beta1, beta2, e, e_root = hyper_values(b1, b2, eps, eps_root)
         one_minus_b1, one_minus_b2 = 1 - beta1, 1 - beta2
         c1, c2 = debias_factor(beta1, count_inc), debias_factor(beta2, count_inc)
-        e, e_root = as_value(eps), as_value(eps_root)
 
         def leaf(g, m, v):
             gc = g.astype(compute_dtype(g.dtype))

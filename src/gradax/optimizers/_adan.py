@@ -10,7 +10,6 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_decay
-from .._hyperparams import as_value
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
 from ..transforms._accumulation import zeros_state_like
@@ -18,7 +17,7 @@ from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import check_adam_args
-from ._moments import debias_factor, ema_leaf, ema_sq_leaf
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values
 
 
 class ScaleByAdanState(NamedTuple):
@@ -84,12 +83,11 @@ def scale_by_adan(
 
     def update(updates, state, params=None):
         del params
-        beta1, beta2, beta3 = as_value(b1), as_value(b2), as_value(b3)
+        beta1, beta2, beta3, e, e_root = hyper_values(b1, b2, b3, eps, eps_root)
         om1, om2, om3 = 1 - beta1, 1 - beta2, 1 - beta3
         first = state.t == 0
         t = safe_int32_increment(state.t)
         c1, c2, c3 = debias_factor(beta1, t), debias_factor(beta2, t), debias_factor(beta3, t)
-        e, e_root = as_value(eps), as_value(eps_root)
 
         def leaf(g, m, v, n, g_prev):
             gc = g.astype(compute_dtype(g.dtype))

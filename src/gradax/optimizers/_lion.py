@@ -17,7 +17,7 @@ from ..transforms._accumulation import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._moments import ema_leaf
+from ._moments import ema_leaf, hyper_values
 
 _MODES = ("hard", "smooth", "refined")
 
@@ -82,7 +82,7 @@ def scale_by_lion(
 
     def update(updates, state, params=None):
         del params
-        beta1, beta2 = as_value(b1), as_value(b2)
+        beta1, beta2 = hyper_values(b1, b2)
         one_minus_b1, one_minus_b2 = 1 - beta1, 1 - beta2
 
         def leaf(g, m):

@@ -29,6 +29,16 @@ def ema_sq_leaf(g: jax.Array, moment: jax.Array, decay: jax.Array, one_minus_dec
     return one_minus_decay * abs_sq(g) + decay * moment
 
 
+def hyper_values(*values: Any) -> tuple[jax.Array, ...]:
+    """The hyperparameters as arrays (:func:`as_value`), behind an optimization barrier.
+
+    The barrier keeps XLA from specializing the arithmetic on constant hyperparameters (reassociating or folding
+    them), so a step compiled with Python numbers is bit-identical to one with traced values, as under
+    ``inject_hyperparams``.
+    """
+    return jax.lax.optimization_barrier(tuple(as_value(v) for v in values))
+
+
 def debias_factor(decay: jax.Array, count: jax.Array) -> jax.Array:
     r"""The bias-correction denominator :math:`1 - \beta^t` (a scalar in the hyperparameters' dtype)."""
     return 1 - decay**count

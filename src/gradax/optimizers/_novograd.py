@@ -10,13 +10,14 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, ScalarOrSchedule, Updates
 from .._checks import check_needs, check_non_negative
-from .._hyperparams import as_value, value_at
+from .._hyperparams import value_at
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype, safe_int32_increment, state_dtype
 from ..transforms._accumulation import zeros_state_like
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import check_adam_args
+from ._moments import hyper_values
 
 
 class ScaleByNovogradState(NamedTuple):
@@ -80,11 +81,10 @@ def scale_by_novograd(
 
     def update(updates, state, params=None):
         check_needs("scale_by_novograd", "params", params)
-        beta1, beta2 = as_value(b1), as_value(b2)
+        beta1, beta2, e, e_root = hyper_values(b1, b2, eps, eps_root)
         one_minus_b2 = 1 - beta2
         first = state.count == 0
-        wd = value_at(weight_decay, state.count)
-        e, e_root = as_value(eps), as_value(eps_root)
+        (wd,) = jax.lax.optimization_barrier((value_at(weight_decay, state.count),))
 
         def leaf(g, p, m, v):
             gc = g.astype(compute_dtype(g.dtype))

@@ -11,13 +11,14 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, ScalarOrSchedule, Updates
 from .._checks import argument_error
-from .._hyperparams import as_value, is_schedule
+from .._hyperparams import is_schedule
 from .._maps import map_n
 from .._numerics import compute_dtype
 from ..transforms._accumulation import zeros_state_like
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import check_adam_args, scale_by_adam
+from ._moments import hyper_values
 
 
 class ScaleByOptimisticGradientState(NamedTuple):
@@ -67,7 +68,7 @@ def scale_by_optimistic_gradient(alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0) 
 
     def update(updates, state, params=None):
         del params
-        a, b = as_value(alpha), as_value(beta)
+        a, b = hyper_values(alpha, beta)
 
         def leaf(g, prev):
             gc = g.astype(compute_dtype(g.dtype))

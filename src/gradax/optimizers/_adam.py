@@ -98,8 +98,8 @@ def scale_by_adam(
     Example:
       >>> import gradax, jax.numpy as jnp
       >>> tx = gradax.scale_by_adam()
-      >>> u, state = tx.update(jnp.array([2.0, -3.0]), tx.init(jnp.zeros(2)))
-      >>> u
+      >>> u, state = tx.update(jnp.array([2.0, -4.0]), tx.init(jnp.zeros(2)))
+      >>> jnp.round(u, 4)
       Array([ 1., -1.], dtype=float32)
 
     References:

@@ -97,7 +97,7 @@ def update_moment_per_elem_norm(updates: Any, moments: Any, decay: ArrayLike, or
     Example:
       >>> import gradax, jax.numpy as jnp
       >>> gradax.update_moment_per_elem_norm(jnp.array([3.0 + 4.0j]), jnp.array([0.0]), 0.0, 2)
-      Array([25.+0.j], dtype=complex64)
+      Array([25.], dtype=float32)
     """
     return jax.tree.map(lambda g, m: (1 - decay) * _order_power(g, order, True) + decay * m, updates, moments)
 

@@ -129,7 +129,7 @@ def novograd(
       >>> import gradax, jax.numpy as jnp
       >>> opt = gradax.novograd(learning_rate=0.1, eps=0.0)
       >>> params = jnp.zeros(2)
-      >>> opt.update(jnp.array([3.0, 4.0]), opt.init(params), params)[0]
+      >>> jnp.round(opt.update(jnp.array([3.0, 4.0]), opt.init(params), params)[0], 4)
       Array([-0.06, -0.08], dtype=float32)
 
     References:

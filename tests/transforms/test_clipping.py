@@ -85,7 +85,12 @@ def test_global_norm_is_one_fused_pass():
 def test_dtypes_and_jit():
     g = jax.tree.map(lambda x: x.astype(jnp.bfloat16), GRADS)
     p = jax.tree.map(lambda x: x.astype(jnp.bfloat16), PARAMS)
-    for tx in [gradax.clip(0.1), gradax.clip_by_block_rms(0.1), gradax.clip_by_global_norm(0.1), gradax.adaptive_grad_clip(0.1)]:
+    for tx in [
+        gradax.clip(0.1),
+        gradax.clip_by_block_rms(0.1),
+        gradax.clip_by_global_norm(0.1),
+        gradax.adaptive_grad_clip(0.1),
+    ]:
         u, _ = jax.jit(tx.update)(g, tx.init(p), p)
         assert jax.tree.map(lambda x: x.dtype, u) == jax.tree.map(lambda x: x.dtype, g)
 

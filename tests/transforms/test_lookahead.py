@@ -70,7 +70,7 @@ def test_flatten_matches_unflattened_and_optax():
         for i in range(5):
             g = jax.tree.map(lambda x: jnp.sin(x + i), params)
             u, s = jax.jit(flat.update)(g, s, params)
-            pu, ps = plain.update(g, ps, params)
+            pu, ps = jax.jit(plain.update)(g, ps, params)
             ru, rs = ref.update(g, rs, params)
             _same(u, pu)
             _same(u, ru, 1e-5)

@@ -164,6 +164,10 @@ from .optimizers._sm3 import sm3 as sm3
 from .optimizers._adafactor import FactoredState as FactoredState
 from .optimizers._adafactor import scale_by_factored_rms as scale_by_factored_rms
 from .optimizers._adafactor import adafactor as adafactor
+from .optimizers._noisy import noisy_sgd as noisy_sgd
+from .optimizers._polyak import scale_by_polyak as scale_by_polyak
+from .optimizers._polyak import polyak_sgd as polyak_sgd
+from .optimizers._polyak import scale_by_distance_over_gradients as scale_by_distance_over_gradients
 
 # --- wrappers and composition (section owned by the wrappers work) --------------------------------------------------
 from .transforms._masking import MaskedNode as MaskedNode

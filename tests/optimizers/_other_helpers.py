@@ -42,9 +42,17 @@ def assert_matches_optax(make, params=None, steps: int = 10, rtol: float = 1e-5,
     their_leaves = jax.tree.leaves(their_state)
     assert len(our_leaves) == len(their_leaves)
     for x, y in zip(our_leaves, their_leaves):
+        x, y = _plain(x), _plain(y)
         np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol)
     assert jax.tree.structure(our_state).num_leaves == jax.tree.structure(their_state).num_leaves
     return ours, theirs
+
+
+def _plain(x):
+    """Key data for PRNG key arrays, the array itself otherwise."""
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(x)
+    return x
 
 
 def converges(opt, steps: int = 200, tol: float = 1e-2, start=(1.5, -2.0), extra=None):

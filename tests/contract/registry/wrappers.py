@@ -30,7 +30,7 @@ ENTRIES = [
     ),
     Entry("freeze", make=lambda ox: ox.freeze(_big), inject=False),
     Entry(
-        "selective_transform", make=lambda ox: ox.selective_transform(ox.sgd(0.1, 0.9), freeze_mask=_big), inject=False
+        "selective_transform", make=lambda ox: ox.selective_transform(ox.sgd(0.1, 0.9), freeze_mask=False), inject=False
     ),
     Entry("MultiSteps", make=lambda ox: ox.MultiSteps(ox.sgd(0.1), 2).gradient_transformation(), inject=False),
     Entry(

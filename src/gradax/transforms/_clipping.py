@@ -71,7 +71,7 @@ def clip_by_block_rms(threshold: ArrayLike) -> GradientTransformation:
       >>> import gradax, jax.numpy as jnp
       >>> tx = gradax.clip_by_block_rms(1.0)
       >>> tx.update(jnp.array([3.0, 4.0]), tx.init(None))[0]
-      Array([0.8485281, 1.1313709], dtype=float32)
+      Array([0.84852815, 1.1313709 ], dtype=float32)
     """
     check_non_negative("clip_by_block_rms", "threshold", threshold)
 
@@ -242,7 +242,7 @@ def adaptive_grad_clip(
       >>> tx = gradax.adaptive_grad_clip(0.1)
       >>> params = jnp.array([3.0, 4.0])
       >>> tx.update(jnp.array([30.0, 40.0]), tx.init(params), params)[0]
-      Array([0.3      , 0.39999998], dtype=float32)
+      Array([0.29999998, 0.39999998], dtype=float32)
 
     References:
       Brock et al., 2021, "High-Performance Large-Scale Image Recognition Without Normalization".

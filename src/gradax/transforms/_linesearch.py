@@ -583,9 +583,10 @@ def value_and_grad_from_state(value_fn: Callable[..., ArrayLike]) -> Callable[..
       >>> w = jnp.array([1.0, 2.0])
       >>> state = opt.init(w)
       >>> value_and_grad = gradax.value_and_grad_from_state(f)
-      >>> value, grad = value_and_grad(w, state=state)
-      >>> updates, state = opt.update(grad, state, w, value=value, grad=grad, value_fn=f)
-      >>> w = gradax.apply_updates(w, updates)
+      >>> for _ in range(2):
+      ...     value, grad = value_and_grad(w, state=state)  # computed at step 0, then read from the state
+      ...     updates, state = opt.update(grad, state, w, value=value, grad=grad, value_fn=f)
+      ...     w = gradax.apply_updates(w, updates)
       >>> float(f(w)) < 1e-6
       True
     """

@@ -20,7 +20,11 @@ def test_scale_by_adadelta_matches_optax(kwargs):
     [
         {"learning_rate": 1.0},
         {"learning_rate": lambda c: 1.0 / (1.0 + c), "weight_decay": 0.1},
-        {"learning_rate": 0.5, "weight_decay": lambda c: 0.1 * 0.9**c, "weight_decay_mask": {"w": True, "b": False, "s": True, "t": False}},
+        {
+            "learning_rate": 0.5,
+            "weight_decay": lambda c: 0.1 * 0.9**c,
+            "weight_decay_mask": {"w": True, "b": False, "s": True, "t": False},
+        },
     ],
 )
 def test_adadelta_matches_optax(kwargs):

@@ -35,7 +35,10 @@ def test_converges():
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: gradax.scale_by_rss(initial_accumulator_value=-1.0), r"scale_by_rss\(initial_accumulator_value=\.\.\.\) must be >= 0"),
+        (
+            lambda: gradax.scale_by_rss(initial_accumulator_value=-1.0),
+            r"scale_by_rss\(initial_accumulator_value=\.\.\.\) must be >= 0",
+        ),
         (lambda: gradax.adagrad(0.1, eps=-1.0), r"scale_by_rss\(eps=\.\.\.\) must be >= 0"),
     ],
 )

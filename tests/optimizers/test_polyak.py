@@ -113,10 +113,16 @@ def test_noisy_sgd_converges():
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: gradax.scale_by_polyak(variant="sps2"), r"scale_by_polyak\(variant=\.\.\.\) must be one of 'sps', 'sps\+'"),
+        (
+            lambda: gradax.scale_by_polyak(variant="sps2"),
+            r"scale_by_polyak\(variant=\.\.\.\) must be one of 'sps', 'sps\+'",
+        ),
         (lambda: gradax.polyak_sgd(max_learning_rate=0.0), r"scale_by_polyak\(max_learning_rate=\.\.\.\) must be > 0"),
         (lambda: gradax.polyak_sgd(eps=-1.0), r"scale_by_polyak\(eps=\.\.\.\) must be >= 0"),
-        (lambda: gradax.scale_by_distance_over_gradients(reps_rel=0.0), r"scale_by_distance_over_gradients\(reps_rel=\.\.\.\) must be > 0"),
+        (
+            lambda: gradax.scale_by_distance_over_gradients(reps_rel=0.0),
+            r"scale_by_distance_over_gradients\(reps_rel=\.\.\.\) must be > 0",
+        ),
         (lambda: gradax.noisy_sgd(0.1, eta=-1.0, key=0), r"add_noise\(eta=\.\.\.\) must be >= 0"),
     ],
 )

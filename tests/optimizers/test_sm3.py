@@ -119,9 +119,24 @@ def test_converges():
         (lambda: gradax.scale_by_sm3(b1=1.0), r"scale_by_sm3\(b1=\.\.\.\) must be in \[0, 1\)"),
         (lambda: gradax.scale_by_sm3(b2=0.0), r"scale_by_sm3\(b2=\.\.\.\) must be in \(0, 1\]"),
         (lambda: gradax.sm3(0.1, momentum=-0.1), r"scale_by_sm3\(b1=\.\.\.\) must be in \[0, 1\)"),
-        (lambda: gradax.scale_by_sm3().init({"c": jnp.ones(2, jnp.complex64)}), r"scale_by_sm3\(params=\.\.\.\) must be real"),
+        (
+            lambda: gradax.scale_by_sm3().init({"c": jnp.ones(2, jnp.complex64)}),
+            r"scale_by_sm3\(params=\.\.\.\) must be real",
+        ),
     ],
 )
 def test_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_traced_b2_equals_concrete():
+    """b2 == 1 selects the running sum also when b2 is traced (inject_hyperparams, jit arguments)."""
+    params = random_tree(shapes=NO_SCALAR)
+
+    def first_update(b2):
+        tx = gradax.scale_by_sm3(b2=b2)
+        return tx.update(params, tx.init(params))[0]
+
+    traced = jax.jit(first_update)(jnp.asarray(1.0))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), traced, first_update(1.0))

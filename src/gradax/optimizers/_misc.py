@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -49,7 +48,7 @@ def scale_gradient(inputs, scale: ArrayLike):
     Example:
       >>> import gradax, jax, jax.numpy as jnp
       >>> jax.grad(lambda x: gradax.scale_gradient(x, 0.5) ** 2)(3.0)
-      Array(3., dtype=float32, weak_type=True)
+      Array(3., dtype=float32)
     """
     if is_concrete(scale) and jnp.ndim(scale) == 0:
         if float(scale) == 1.0:

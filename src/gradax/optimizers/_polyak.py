@@ -30,7 +30,9 @@ def _polyak_step(updates, value, f_min, max_learning_rate, eps, variant):
     """``min((value - f_min) / (||updates||^2 + eps), max_learning_rate)`` (0 when the denominator is ~0)."""
     leaves = jax.tree.leaves(updates)
     dtype = hyperparam_dtype()
-    sq_norm = sum((jnp.sum(abs_sq(x.astype(compute_dtype(x.dtype)))).astype(dtype) for x in leaves), jnp.zeros([], dtype))
+    sq_norm = sum(
+        (jnp.sum(abs_sq(x.astype(compute_dtype(x.dtype)))).astype(dtype) for x in leaves), jnp.zeros([], dtype)
+    )
     gap = (jnp.asarray(value) - f_min).astype(dtype)
     if variant == "sps+":
         gap = jnp.maximum(gap, 0.0)
@@ -209,5 +211,3 @@ def scale_by_distance_over_gradients(
         return new_updates, ScaleByDistanceOverGradientsState(max_dist, sos, state.init_params)
 
     return GradientTransformation(init, update)
-
-

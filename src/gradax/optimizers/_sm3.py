@@ -11,7 +11,7 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, Params, ScalarOrSchedule
 from .._checks import argument_error, check_decay, check_interval, check_non_negative
-from .._hyperparams import as_value, is_concrete
+from .._hyperparams import as_value
 from .._maps import map_n
 from .._numerics import compute_dtype, state_dtype
 from ..transforms._combining import chain
@@ -71,7 +71,6 @@ def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8
     check_decay("scale_by_sm3", "b1", b1)
     check_interval("scale_by_sm3", "b2", b2, 0.0, 1.0, low_closed=False)
     check_non_negative("scale_by_sm3", "eps", eps)
-    running_sum = is_concrete(b2) and float(b2) == 1.0
 
     def init(params):
         _reject_complex(params)
@@ -90,7 +89,7 @@ def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8
     def update(updates, state, params=None):
         del params
         beta1, beta2, e = as_value(b1), as_value(b2), as_value(eps)
-        coeff = 1.0 if running_sum else 1 - beta2
+        coeff = jnp.where(beta2 == 1.0, jnp.ones_like(beta2), 1 - beta2)  # traced b2 (inject_hyperparams) too
 
         def leaf(g, mus, m):
             dtype = compute_dtype(g.dtype)

@@ -126,8 +126,6 @@ from .transforms._clipping import clip_by_block_rms as clip_by_block_rms
 from .transforms._clipping import clip_by_global_norm as clip_by_global_norm
 from .transforms._clipping import per_example_global_norm_clip as per_example_global_norm_clip
 from .transforms._clipping import per_example_layer_norm_clip as per_example_layer_norm_clip
-from .optimizers._trust import fromage as fromage
-from .optimizers._trust import lars as lars
 from .transforms._linesearch import ScaleByBacktrackingLinesearchState as ScaleByBacktrackingLinesearchState
 from .transforms._linesearch import ScaleByZoomLinesearchState as ScaleByZoomLinesearchState
 from .transforms._linesearch import ZoomLinesearchInfo as ZoomLinesearchInfo
@@ -141,6 +139,8 @@ from ._linear_algebra import matrix_inverse_pth_root as matrix_inverse_pth_root
 from ._linear_algebra import multi_normal as multi_normal
 from ._linear_algebra import nnls as nnls
 from ._linear_algebra import power_iteration as power_iteration
+from .optimizers._trust import fromage as fromage
+from .optimizers._trust import lars as lars
 from .optimizers._adagrad import ScaleByRssState as ScaleByRssState
 from .optimizers._adagrad import scale_by_rss as scale_by_rss
 from .optimizers._adagrad import adagrad as adagrad

@@ -208,8 +208,32 @@ from .transforms._monitoring import monitor as monitor
 from .transforms._monitoring import snapshot as snapshot
 
 # --- losses and the rest of the surface (section owned by the losses work) ------------------------------------------
+from .losses import convex_kl_divergence as convex_kl_divergence
+from .losses import cosine_distance as cosine_distance
+from .losses import cosine_similarity as cosine_similarity
+from .losses import ctc_loss as ctc_loss
+from .losses import ctc_loss_with_forward_probs as ctc_loss_with_forward_probs
+from .losses import generalized_kl_divergence as generalized_kl_divergence
+from .losses import hinge_loss as hinge_loss
+from .losses import huber_loss as huber_loss
+from .losses import kl_divergence as kl_divergence
+from .losses import l2_loss as l2_loss
+from .losses import log_cosh as log_cosh
+from .losses import ntxent as ntxent
+from .losses import safe_softmax_cross_entropy as safe_softmax_cross_entropy
+from .losses import sigmoid_binary_cross_entropy as sigmoid_binary_cross_entropy
+from .losses import sigmoid_focal_loss as sigmoid_focal_loss
+from .losses import smooth_labels as smooth_labels
+from .losses import softmax_cross_entropy as softmax_cross_entropy
+from .losses import softmax_cross_entropy_with_integer_labels as softmax_cross_entropy_with_integer_labels
+from .losses import squared_error as squared_error
 
 # --- submodules -----------------------------------------------------------------------------------------------------
+from . import losses as losses
+from . import assignment as assignment
+from . import experimental as experimental
+from . import perturbations as perturbations
+from . import projections as projections
 from . import schedules as schedules
 from . import tree as tree
 from . import tree_utils as tree_utils

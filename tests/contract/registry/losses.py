@@ -1,0 +1,68 @@
+"""Registry of the losses, projections, perturbations, assignment and experimental names (issue: the rest of the
+surface). None of them is a gradient transformation except in ``experimental.aggregating``."""
+
+_LOSSES = "tests/losses/test_oracle.py"
+
+_LOSS_NAMES = [
+    "binary_dice_loss",
+    "convex_kl_divergence",
+    "cosine_distance",
+    "cosine_similarity",
+    "ctc_loss",
+    "ctc_loss_with_forward_probs",
+    "dice_loss",
+    "generalized_kl_divergence",
+    "hinge_loss",
+    "huber_loss",
+    "kl_divergence",
+    "kl_divergence_with_log_targets",
+    "l2_loss",
+    "log_cosh",
+    "make_fenchel_young_loss",
+    "multiclass_generalized_dice_loss",
+    "multiclass_hinge_loss",
+    "multiclass_perceptron_loss",
+    "multiclass_sparsemax_loss",
+    "ntxent",
+    "perceptron_loss",
+    "poly_loss_cross_entropy",
+    "ranking_softmax_loss",
+    "safe_softmax_cross_entropy",
+    "sigmoid_binary_cross_entropy",
+    "sigmoid_focal_loss",
+    "smooth_labels",
+    "softmax_cross_entropy",
+    "softmax_cross_entropy_with_integer_labels",
+    "sparsemax_loss",
+    "squared_error",
+    "triplet_margin_loss",
+]
+
+_TOP_LEVEL_LOSSES = [
+    "convex_kl_divergence",
+    "cosine_distance",
+    "cosine_similarity",
+    "ctc_loss",
+    "ctc_loss_with_forward_probs",
+    "hinge_loss",
+    "huber_loss",
+    "kl_divergence",
+    "l2_loss",
+    "log_cosh",
+    "ntxent",
+    "safe_softmax_cross_entropy",
+    "sigmoid_binary_cross_entropy",
+    "sigmoid_focal_loss",
+    "smooth_labels",
+    "softmax_cross_entropy",
+    "softmax_cross_entropy_with_integer_labels",
+    "squared_error",
+    "generalized_kl_divergence",
+]
+
+ENTRIES = []
+
+COVERED = {
+    **{f"losses.{name}": _LOSSES for name in _LOSS_NAMES},
+    **{name: _LOSSES for name in _TOP_LEVEL_LOSSES},
+}

@@ -62,7 +62,23 @@ _TOP_LEVEL_LOSSES = [
 
 ENTRIES = []
 
+_PROJECTIONS = [
+    "projection_box",
+    "projection_halfspace",
+    "projection_hypercube",
+    "projection_hyperplane",
+    "projection_l1_ball",
+    "projection_l1_sphere",
+    "projection_l2_ball",
+    "projection_l2_sphere",
+    "projection_linf_ball",
+    "projection_non_negative",
+    "projection_simplex",
+    "projection_vector",
+]
+
 COVERED = {
+    **{f"projections.{name}": "tests/projections/test_projections.py" for name in _PROJECTIONS},
     **{f"losses.{name}": _LOSSES for name in _LOSS_NAMES},
     **{name: _LOSSES for name in _TOP_LEVEL_LOSSES},
 }

@@ -100,8 +100,8 @@ MEMBERSHIP = {
 @settings(max_examples=15, deadline=None)
 @given(x=vectors, s=scales)
 def test_in_set_and_idempotent(name, x, s):
-    if name in ("projection_l2_sphere", "projection_l1_sphere") and float(jnp.max(jnp.abs(x))) < 1e-3:
-        return  # a sphere has no unique projection of 0
+    if name == "projection_l2_sphere" and float(jnp.max(jnp.abs(x))) < 1e-3:
+        return  # the l2 sphere has no projection formula at 0
     fn = GP.projection_non_negative if name == "projection_non_negative" else (lambda v: getattr(GP, name)(v, s))
     y = fn(x)
     assert MEMBERSHIP[name](y, s), (x, y)
@@ -165,3 +165,10 @@ def test_scalar_bounds_on_trees():
     # trees of bounds work in both
     bounds = ({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 1.0})
     _close(GP.projection_box(tree, *bounds), OP.projection_box(tree, *bounds))
+
+
+def test_l1_sphere_with_zero_coordinates():
+    x = jnp.array([0.0, 1.0])
+    np.testing.assert_allclose(OP.projection_l1_sphere(x, 2.0), [0.0, 1.5])  # Optax 0.2.8: not on the sphere
+    np.testing.assert_allclose(GP.projection_l1_sphere(x, 2.0), [0.5, 1.5])  # on the sphere, and the closest point
+    np.testing.assert_allclose(GP.projection_l1_sphere(jnp.zeros(4), 2.0), [0.5] * 4)

@@ -172,7 +172,9 @@ def projection_l1_sphere(tree: Any, scale: ArrayLike = 1) -> Any:
     .. math::
         \mathrm{proj}(x) = \mathrm{sign}(x) \odot \mathrm{proj}_{\Delta_s}(|x|)
 
-    (a zero input maps to zero, where every sign pattern is optimal).
+    where a zero coordinate takes the sign ``+`` (any sign is optimal there). Optax 0.2.8 uses ``sign(0) = 0``, which
+    drops the mass the simplex projection puts on zero coordinates, so its result is off the sphere (for example
+    ``[0, 1] -> [0, 1.5]`` for ``s = 2``; gradax gives ``[0.5, 1.5]``; see ``docs/differences.md``).
 
     Args:
       tree: the point.
@@ -189,7 +191,8 @@ def projection_l1_sphere(tree: Any, scale: ArrayLike = 1) -> Any:
     flat, unravel = _flat(tree)
     if flat.size == 0:
         return tree
-    return unravel(jnp.sign(flat) * _simplex_flat(jnp.abs(flat), scale))
+    signs = jnp.where(flat < 0, -1.0, 1.0).astype(flat.dtype)
+    return unravel(signs * _simplex_flat(jnp.abs(flat), scale))
 
 
 def projection_l1_ball(tree: Any, scale: ArrayLike = 1) -> Any:

@@ -78,6 +78,8 @@ _PROJECTIONS = [
 ]
 
 COVERED = {
+    "assignment.hungarian_algorithm": "tests/assignment/test_hungarian.py",
+    "assignment.base_hungarian_algorithm": "tests/assignment/test_hungarian.py",
     **{f"projections.{name}": "tests/projections/test_projections.py" for name in _PROJECTIONS},
     **{f"losses.{name}": _LOSSES for name in _LOSS_NAMES},
     **{name: _LOSSES for name in _TOP_LEVEL_LOSSES},

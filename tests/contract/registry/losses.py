@@ -78,6 +78,9 @@ _PROJECTIONS = [
 ]
 
 COVERED = {
+    "perturbations.make_perturbed_fun": "tests/perturbations/test_perturbations.py",
+    "perturbations.Gumbel": "tests/perturbations/test_perturbations.py",
+    "perturbations.Normal": "tests/perturbations/test_perturbations.py",
     "assignment.hungarian_algorithm": "tests/assignment/test_hungarian.py",
     "assignment.base_hungarian_algorithm": "tests/assignment/test_hungarian.py",
     **{f"projections.{name}": "tests/projections/test_projections.py" for name in _PROJECTIONS},

@@ -1,6 +1,10 @@
 """Registry of the losses, projections, perturbations, assignment and experimental names (issue: the rest of the
 surface). None of them is a gradient transformation except in ``experimental.aggregating``."""
 
+import jax
+
+from . import Entry
+
 _LOSSES = "tests/losses/test_oracle.py"
 
 _LOSS_NAMES = [
@@ -60,7 +64,27 @@ _TOP_LEVEL_LOSSES = [
     "generalized_kl_divergence",
 ]
 
-ENTRIES = []
+_AGG = "experimental.aggregating"
+_AGG_TESTS = "tests/experimental/test_aggregating.py"
+
+
+def _ema_extra_args(params, grads, lib):
+    del params, lib
+    return {"sum_sq_diff_grads": jax.tree.map(lambda g: g * g, grads), "sample_size": 4}
+
+
+# The gradient transformations of experimental.aggregating (same shapes in and out). The aggregators (per-element
+# updates in, one update out) do not fit the battery's shape contract: they are in COVERED.
+ENTRIES = [
+    Entry(f"{_AGG}.accumulate_avg_updates", {"accumulation_steps": 3}, inject=False),
+    Entry(f"{_AGG}.average_incrementally_updates", {"per_elt_axis": None, "accumulation_steps": 2}, inject=False),
+    Entry(
+        f"{_AGG}.track_per_element_mean_and_variance_with_ema",
+        {"ema_decay": 0.9},
+        extra_args=_ema_extra_args,
+        inject=False,
+    ),
+]
 
 _PROJECTIONS = [
     "projection_box",
@@ -78,6 +102,26 @@ _PROJECTIONS = [
 ]
 
 COVERED = {
+    **{
+        f"{_AGG}.{name}": _AGG_TESTS
+        for name in [
+            "AccumulateAvgUpdatesState",
+            "AggregatedUpdates",
+            "Aggregator",
+            "AggregatorUpdateFn",
+            "MaybeAxis",
+            "PerElementMeanAndSumSqDiffGradsState",
+            "PerElementMeanAndVarianceEMAState",
+            "PerElementUpdates",
+            "add_mean_variance_to_opt",
+            "average_per_element_updates",
+            "get_batch_size_from_per_elt_updates",
+            "get_per_element_mean_and_sum_sq_diff_grads",
+            "get_unbiased_mean_and_variance_ema",
+            "process",
+        ]
+    },
+    "experimental.aggregating": _AGG_TESTS,
     "perturbations.make_perturbed_fun": "tests/perturbations/test_perturbations.py",
     "perturbations.Gumbel": "tests/perturbations/test_perturbations.py",
     "perturbations.Normal": "tests/perturbations/test_perturbations.py",

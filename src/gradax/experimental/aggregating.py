@@ -1,0 +1,19 @@
+"""gradax.experimental.aggregating: aggregators of per-element updates (see ``_aggregating``)."""
+
+from ._aggregating import AccumulateAvgUpdatesState as AccumulateAvgUpdatesState
+from ._aggregating import AggregatedUpdates as AggregatedUpdates
+from ._aggregating import Aggregator as Aggregator
+from ._aggregating import AggregatorUpdateFn as AggregatorUpdateFn
+from ._aggregating import MaybeAxis as MaybeAxis
+from ._aggregating import PerElementMeanAndSumSqDiffGradsState as PerElementMeanAndSumSqDiffGradsState
+from ._aggregating import PerElementMeanAndVarianceEMAState as PerElementMeanAndVarianceEMAState
+from ._aggregating import PerElementUpdates as PerElementUpdates
+from ._aggregating import accumulate_avg_updates as accumulate_avg_updates
+from ._aggregating import add_mean_variance_to_opt as add_mean_variance_to_opt
+from ._aggregating import average_incrementally_updates as average_incrementally_updates
+from ._aggregating import average_per_element_updates as average_per_element_updates
+from ._aggregating import get_batch_size_from_per_elt_updates as get_batch_size_from_per_elt_updates
+from ._aggregating import get_per_element_mean_and_sum_sq_diff_grads as get_per_element_mean_and_sum_sq_diff_grads
+from ._aggregating import get_unbiased_mean_and_variance_ema as get_unbiased_mean_and_variance_ema
+from ._aggregating import process as process
+from ._aggregating import track_per_element_mean_and_variance_with_ema as track_per_element_mean_and_variance_with_ema

@@ -122,7 +122,7 @@ def test_affine_sets(x, b):
     np.testing.assert_allclose(GP.projection_vector(v, a), v, rtol=1e-4, atol=1e-4)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(x=vectors)
 def test_simplex_projection_is_the_closest_point(x):
     # the projection beats random points of the simplex

@@ -49,7 +49,8 @@ def test_softmax_losses_are_stable_at_extreme_logits():
 def test_log_cosh_does_not_overflow():
     x = jnp.array([0.0, 1.0, 100.0, -1e4])
     np.testing.assert_allclose(L.log_cosh(x), [0.0, np.log(np.cosh(1.0)), 100.0 - np.log(2.0), 1e4 - np.log(2.0)])
-    assert np.isinf(np.log(np.cosh(np.float32(100.0))))  # the naive formula overflows in float32
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.log(np.cosh(np.float32(100.0))))  # the naive formula overflows in float32
     np.testing.assert_allclose(jax.grad(lambda a: L.log_cosh(a).sum())(x), np.tanh(np.asarray(x)), rtol=1e-6)
 
 

@@ -229,12 +229,12 @@ from .losses import softmax_cross_entropy_with_integer_labels as softmax_cross_e
 from .losses import squared_error as squared_error
 
 # --- submodules -----------------------------------------------------------------------------------------------------
-from . import losses as losses
 from . import assignment as assignment
 from . import experimental as experimental
+from . import losses as losses
 from . import perturbations as perturbations
 from . import projections as projections
+from . import second_order as second_order
 from . import schedules as schedules
 from . import tree as tree
 from . import tree_utils as tree_utils
-from . import second_order as second_order

@@ -1,0 +1,376 @@
+"""The contract battery: every registry entry through the shared checks (see tests/contract/registry/__init__.py).
+
+Check names (an entry's ``skip`` maps one of them to a reason): contract, awkward_trees, abstract_init, vmap, scan,
+cond, dtypes, inject, oracle, multisteps, masked, sharding.
+
+Designed for speed: tiny trees, each check compiles one jitted function (several steps are unrolled or scanned inside
+it), ``vmap``/``scan``/``cond`` are only traced and lowered (no XLA compile).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradax
+
+from ._helpers import (
+    all_finite,
+    assert_same_signature,
+    assert_trees_close,
+    assert_trees_equal,
+    awkward_tree,
+    sds,
+    signature,
+    simple_tree,
+)
+from .registry import entries
+
+try:  # the oracle (tests only)
+    import optax
+except ImportError:  # pragma: no cover
+    optax = None
+
+ENTRIES = entries()
+
+
+def _ids(items):
+    seen = collections.Counter()
+    out = []
+    for e in items:
+        seen[e.id] += 1
+        out.append(e.id if seen[e.id] == 1 else f"{e.id}-{seen[e.id]}")
+    return out
+
+
+IDS = _ids(ENTRIES)
+_params = pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+
+# inject_hyperparams turns Python-float hyperparameters into float32 arrays; for these XLA may fuse the arithmetic
+# differently, which moves the result by one ulp (documented in docs/differences.md is not needed: same math).
+INJECT_ULP = {"adan", "novograd", "scale_by_adan", "scale_by_novograd"}
+
+
+def _skip(entry, *checks):
+    for check in checks:
+        if check in entry.skip:
+            pytest.skip(f"{check}: {entry.skip[check]}")
+
+
+def _update_fn(entry, tx, lib=gradax, unknown_kwarg=False):
+    """update(g, s, p) with params and extra args as the entry needs them."""
+    upd = lib.with_extra_args_support(tx).update if unknown_kwarg else tx.update
+
+    def update(g, s, p):
+        extra = dict(entry.extra_args(p, g, lib)) if entry.extra_args is not None else {}
+        if unknown_kwarg:
+            extra["some_unknown_kwarg"] = 1.0
+        return upd(g, s, p if entry.needs_params else None, **extra)
+
+    return update
+
+
+def _grads(tree_fn, dtype, steps):
+    return [jax.tree.map(lambda x: 0.5 * x, tree_fn(dtype, seed=k + 1)) for k in range(steps)]
+
+
+def _run(update, state, params, grads_seq, lib=gradax):
+    out = []
+    for g in grads_seq:
+        u, state = update(g, state, params)
+        params = lib.apply_updates(params, u)
+        out.append(u)
+    return out, state, params
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# a. the contract on the awkward-tree catalogue
+
+
+@_params
+def test_contract(entry):
+    _skip(entry, "contract")
+    tree_fn = simple_tree if "awkward_trees" in entry.skip else awkward_tree
+    params = tree_fn(jnp.float32)
+    grads_seq = _grads(tree_fn, jnp.float32, 3)
+    tx = entry.build(gradax)
+    state0 = tx.init(params)
+    update = _update_fn(entry, tx, unknown_kwarg=True)
+
+    traces = [0]
+
+    @jax.jit
+    def step(g, s, p):
+        traces[0] += 1
+        u, s = update(g, s, p)
+        return u, s, gradax.apply_updates(p, u)
+
+    state, p = state0, params
+    for k, g in enumerate(grads_seq):
+        u, state, p = step(g, state, p)
+        assert_same_signature(state, state0, f"state after step {k + 1}")
+        assert_same_signature(u, g, f"updates at step {k + 1}")
+        assert_same_signature(p, params, f"params at step {k + 1}")
+    assert traces[0] == 1, f"the jitted update retraced: {traces[0]} traces for 3 calls"
+
+    if "abstract_init" not in entry.skip:
+        abstract = tx.init(sds(params))
+        assert_same_signature(abstract, state0, "abstract init vs concrete init")
+
+
+def _lowers(fn, *args):
+    jax.jit(fn).lower(*args)
+
+
+@_params
+@pytest.mark.parametrize("check", ["cond", "vmap", "scan"])
+def test_transforms(entry, check):
+    _skip(entry, "contract", check)
+    tree_fn = simple_tree if "awkward_trees" in entry.skip else awkward_tree
+    params = tree_fn(jnp.float32)
+    g = _grads(tree_fn, jnp.float32, 1)[0]
+    tx = entry.build(gradax)
+    state = tx.init(params)
+    update = _update_fn(entry, tx)
+
+    if check == "cond":
+
+        def f(g, s, p):
+            pred = jnp.sum(jnp.asarray(jax.tree.leaves(g)[0])) > 0
+
+            def noop(g, s, p):
+                return jax.tree.map(jnp.zeros_like, g), s
+
+            return jax.lax.cond(pred, update, noop, g, s, p)
+
+        out = jax.eval_shape(f, g, state, params)
+        assert_same_signature(out[1], state, "state through lax.cond")
+        _lowers(f, g, state, params)
+    elif check == "vmap":
+        stack = lambda t: jax.tree.map(lambda x: jnp.stack([x, x + 1]), t)  # noqa: E731
+        pb, gb = stack(params), stack(g)
+
+        def f(gb, pb):
+            sb = jax.vmap(tx.init)(pb)
+            return jax.vmap(update)(gb, sb, pb)
+
+        ub, _ = jax.eval_shape(f, gb, pb)
+        assert_same_signature(ub, gb, "vmapped updates")
+        _lowers(f, gb, pb)
+    else:
+
+        def f(g, s, p):
+            def body(carry, _):
+                s, p = carry
+                u, s = update(g, s, p)
+                return (s, gradax.apply_updates(p, u)), u
+
+            return jax.lax.scan(body, (s, p), None, length=3)
+
+        (s_out, _), _ = jax.eval_shape(f, g, state, params)
+        assert_same_signature(s_out, state, "state through lax.scan")
+        _lowers(f, g, state, params)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# b. dtypes
+
+
+def _dtype_cases(entry, names):
+    return [n for n in names if n in entry.dtypes]
+
+
+@_params
+def test_low_precision_dtypes(entry):
+    _skip(entry, "dtypes")
+    names = _dtype_cases(entry, ("bfloat16", "float16"))
+    if not names:
+        pytest.skip("no low-precision dtype registered")
+    tx = entry.build(gradax)
+    update = _update_fn(entry, tx)
+    params = {n: simple_tree(jnp.dtype(n)) for n in names}
+    grads = {n: _grads(simple_tree, jnp.dtype(n), 2) for n in names}
+    states0 = {n: tx.init(params[n]) for n in names}
+
+    @jax.jit
+    def run(params, grads, states):
+        return {n: _run(update, states[n], params[n], grads[n]) for n in names}
+
+    out = run(params, grads, states0)
+    for n in names:
+        us, state, _ = out[n]
+        for u, g in zip(us, grads[n]):
+            assert_same_signature(u, g, f"{n} updates")
+        assert_same_signature(state, states0[n], f"{n} state")
+        assert all_finite(us), f"{n}: non-finite updates"
+
+
+@_params
+def test_float64(entry):
+    _skip(entry, "dtypes")
+    if "float64" not in entry.dtypes:
+        pytest.skip("float64 not registered")
+    with jax.enable_x64(True):
+        tx = entry.build(gradax)
+        update = _update_fn(entry, tx)
+        params = simple_tree(jnp.float64)
+        grads = _grads(simple_tree, jnp.float64, 2)
+        state0 = tx.init(params)
+        us, state, _ = jax.jit(lambda p, gs, s: _run(update, s, p, gs))(params, grads, state0)
+        for u, g in zip(us, grads):
+            assert_same_signature(u, g, "float64 updates")
+        assert_same_signature(state, state0, "float64 state")
+        assert all_finite(us)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# c. inject_hyperparams equivalence
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [e for e in ENTRIES if e.inject and e.make is None],
+    ids=_ids([e for e in ENTRIES if e.inject and e.make is None]),
+)
+def test_inject_hyperparams(entry):
+    _skip(entry, "inject")
+    params = simple_tree()
+    grads = _grads(simple_tree, jnp.float32, 3)
+    plain = entry.factory(gradax)(**entry.kwargs)
+    injected = gradax.inject_hyperparams(entry.factory(gradax))(**entry.kwargs)
+    up, ui = _update_fn(entry, plain), _update_fn(entry, injected)
+
+    @jax.jit
+    def run(p, gs):
+        a = _run(up, plain.init(p), p, gs)[0]
+        b = _run(ui, injected.init(p), p, gs)[0]
+        return a, b
+
+    a, b = run(params, grads)
+    if entry.name in INJECT_ULP:
+        assert_trees_close(a, b, rtol=0, atol=1e-6, what="inject_hyperparams vs plain")
+    else:
+        assert_trees_equal(a, b, "inject_hyperparams vs plain")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# d. Optax oracle
+
+_ORACLE = [e for e in ENTRIES if e.oracle]
+
+
+@pytest.mark.parametrize("entry", _ORACLE, ids=_ids(_ORACLE))
+def test_oracle(entry):
+    _skip(entry, "oracle")
+    if optax is None:
+        pytest.skip("optax is not installed")
+    try:
+        entry.factory(optax)
+        ref = entry.build(optax)
+    except AttributeError as err:
+        pytest.skip(f"optax 0.2.8 lacks it: {err}")
+    tx = entry.build(gradax)
+    params = simple_tree(with_none=True)
+    steps = 10
+    rng = np.random.default_rng(7)
+    xs = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=(steps, *x.shape)), jnp.float32), params)
+
+    def scan(lib, t):
+        update = _update_fn(entry, t, lib)
+
+        def body(carry, g):
+            s, p = carry
+            u, s = update(g, s, p)
+            return (s, lib.apply_updates(p, u)), u
+
+        return jax.lax.scan(body, (t.init(params), params), xs)[1]
+
+    ours, theirs = jax.jit(lambda: (scan(gradax, tx), scan(optax, ref)))()
+    assert_trees_close(ours, theirs, rtol=entry.rtol, atol=entry.atol, what="gradax vs optax updates")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# e. MultiSteps and masked
+
+
+@_params
+def test_multisteps(entry):
+    _skip(entry, "multisteps")
+    tx = entry.build(gradax)
+    params = simple_tree()
+    g1, g2 = _grads(simple_tree, jnp.float32, 2)
+    mean = jax.tree.map(lambda a, b: (a + b) / 2, g1, g2)
+    ms = gradax.MultiSteps(tx, 2)
+    update, ms_update = _update_fn(entry, tx), _update_fn(entry, ms)
+
+    @jax.jit
+    def run(p):
+        s = ms.init(p)
+        _, s = ms_update(g1, s, p)
+        u_ms, _ = ms_update(g2, s, p)
+        u, _ = update(mean, tx.init(p), p)
+        return u_ms, u
+
+    u_ms, u = run(params)
+    assert_trees_close(u_ms, u, rtol=1e-5, atol=1e-6, what="MultiSteps(tx, 2) vs tx on the mean gradient")
+
+
+@_params
+def test_masked(entry):
+    _skip(entry, "masked")
+    tx = entry.build(gradax)
+    params = simple_tree()
+    grads = _grads(simple_tree, jnp.float32, 2)
+    t_mask = jax.tree.map(lambda _: True, params)
+    f_mask = jax.tree.map(lambda _: False, params)
+    m_true, m_false = gradax.masked(tx, t_mask), gradax.masked(tx, f_mask)
+    ups = [_update_fn(entry, t) for t in (tx, m_true, m_false)]
+
+    @jax.jit
+    def run(p, gs):
+        return [_run(up, t.init(p), p, gs)[0] for up, t in zip(ups, (tx, m_true, m_false))]
+
+    plain, all_true, all_false = run(params, grads)
+    assert_trees_equal(all_true, plain, "masked(tx, all True) vs tx")
+    assert_trees_equal(all_false, grads, "masked(tx, all False) vs identity")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# f. sharded params (one subprocess for every entry)
+
+
+def test_sharding():
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.contract._sharding_script"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["checked"] > 0
+    assert not report["failures"], "entries whose state lost the params' sharding or failed:\n" + "\n".join(
+        f"  {k}: {v}" for k, v in report["failures"].items()
+    )
+
+
+def test_signature_helper():
+    """The helpers compare what they claim to compare."""
+    a = {"x": jnp.zeros(3), "n": None}
+    assert signature(a) == signature(sds(a))

@@ -230,6 +230,7 @@ from .losses import squared_error as squared_error
 
 # --- submodules -----------------------------------------------------------------------------------------------------
 from . import assignment as assignment
+from . import contrib as contrib
 from . import experimental as experimental
 from . import losses as losses
 from . import perturbations as perturbations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
@@ -126,5 +125,3 @@ def acprop(
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )
-
-

@@ -10,6 +10,14 @@ ENTRIES = [
     Entry("contrib.scale_by_acprop", {"b1": 0.9, "b2": 0.999}, oracle=False),
     Entry("contrib.acprop", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True, oracle=False),
     Entry("contrib.acprop", make=lambda ox: ox.contrib.acprop(_SCHED), oracle=False, inject=False),
+    Entry("contrib.scale_by_adopt", {"b1": 0.9, "b2": 0.999}),
+    Entry("contrib.adopt", {"learning_rate": 1e-2}),
+    Entry("contrib.adopt", make=lambda ox: ox.contrib.adopt(_SCHED, nesterov=True), inject=False),
+    Entry("contrib.scale_by_madgrad", {"learning_rate": 1e-2}, needs_params=True),
+    Entry("contrib.madgrad", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True),
+    Entry("contrib.madgrad", make=lambda ox: ox.contrib.madgrad(_SCHED), needs_params=True, inject=False),
 ]
 
-COVERED = {}
+COVERED = {
+    "contrib.MadgradState": "tests/contrib/test_madgrad.py",
+}

@@ -1,0 +1,49 @@
+"""Shared helpers for the tests of gradax.contrib (part B): differential runs against Optax 0.2.8."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax  # the test oracle
+
+import gradax
+
+
+def tree(seed: int = 0, dtype=jnp.float32, shapes=None):
+    """A small pytree of random arrays."""
+    shapes = shapes or {"w": (4, 3), "b": (3,), "s": ()}
+    keys = jax.random.split(jax.random.key(seed), len(shapes))
+    return {n: jax.random.normal(k, shapes[n], dtype) for k, n in zip(keys, sorted(shapes))}
+
+
+def run(tx, params, steps=10, lib=gradax, extra=None, grad_fn=None):
+    """Runs ``tx`` ``steps`` jitted steps; returns (list of params, final state)."""
+    state = tx.init(params)
+    step = jax.jit(lambda g, s, p, e: tx.update(g, s, p, **e))
+    out = []
+    for i in range(steps):
+        if grad_fn is None:
+            g = tree(100 + i, shapes={k: jnp.shape(v) for k, v in params.items()})
+        else:
+            g = grad_fn(params)
+        e = extra(i, params) if extra else {}
+        u, state = step(g, state, params, e)
+        params = lib.apply_updates(params, u)
+        out.append(params)
+    return out, state
+
+
+def assert_matches_optax(make, params=None, steps=10, rtol=1e-5, atol=1e-6, extra=None, grad_fn=None, state=True):
+    """``make(lib)`` from gradax and from optax give the same params (and state leaves) over ``steps`` steps."""
+    params = tree() if params is None else params
+    ours, s1 = run(make(gradax), params, steps, gradax, extra, grad_fn)
+    theirs, s2 = run(make(optax), params, steps, optax, extra, grad_fn)
+    for a, b in zip(ours, theirs):
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a, b)
+    if state:
+        l1, l2 = jax.tree.leaves(s1), jax.tree.leaves(s2)
+        assert len(l1) == len(l2)
+        for x, y in zip(l1, l2):
+            np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol)
+    return ours, theirs

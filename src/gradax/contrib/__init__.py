@@ -8,3 +8,10 @@ from ._adopt import scale_by_adopt as scale_by_adopt
 from ._madgrad import MadgradState as MadgradState
 from ._madgrad import madgrad as madgrad
 from ._madgrad import scale_by_madgrad as scale_by_madgrad
+
+# part B
+from ._schedule_free import ScheduleFreeState as ScheduleFreeState
+from ._schedule_free import schedule_free as schedule_free
+from ._schedule_free import schedule_free_adamw as schedule_free_adamw
+from ._schedule_free import schedule_free_eval_params as schedule_free_eval_params
+from ._schedule_free import schedule_free_sgd as schedule_free_sgd

@@ -206,6 +206,7 @@ from .transforms._monitoring import SnapshotState as SnapshotState
 from .transforms._monitoring import measure_with_ema as measure_with_ema
 from .transforms._monitoring import monitor as monitor
 from .transforms._monitoring import snapshot as snapshot
+from .microbatching import microbatch as microbatch
 
 # --- losses and the rest of the surface (section owned by the losses work) ------------------------------------------
 from .losses import convex_kl_divergence as convex_kl_divergence
@@ -233,6 +234,7 @@ from . import assignment as assignment
 from . import contrib as contrib
 from . import experimental as experimental
 from . import losses as losses
+from . import microbatching as microbatching
 from . import perturbations as perturbations
 from . import projections as projections
 from . import second_order as second_order

@@ -3,6 +3,12 @@
 # part A
 from ._acprop import acprop as acprop
 from ._acprop import scale_by_acprop as scale_by_acprop
+from ._ademamix import ScaleByAdemamixState as ScaleByAdemamixState
+from ._ademamix import ScaleBySimplifiedAdEMAMixState as ScaleBySimplifiedAdEMAMixState
+from ._ademamix import ademamix as ademamix
+from ._ademamix import scale_by_ademamix as scale_by_ademamix
+from ._ademamix import scale_by_simplified_ademamix as scale_by_simplified_ademamix
+from ._ademamix import simplified_ademamix as simplified_ademamix
 from ._adopt import adopt as adopt
 from ._adopt import scale_by_adopt as scale_by_adopt
 from ._madgrad import MadgradState as MadgradState

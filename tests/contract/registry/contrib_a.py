@@ -16,8 +16,15 @@ ENTRIES = [
     Entry("contrib.scale_by_madgrad", {"learning_rate": 1e-2}, needs_params=True),
     Entry("contrib.madgrad", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True),
     Entry("contrib.madgrad", make=lambda ox: ox.contrib.madgrad(_SCHED), needs_params=True, inject=False),
+    Entry("contrib.scale_by_ademamix", {"b3": 0.99, "alpha": 2.0}),
+    Entry("contrib.ademamix", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True),
+    Entry("contrib.ademamix", make=lambda ox: ox.contrib.ademamix(_SCHED, b3=_SCHED), inject=False),
+    Entry("contrib.scale_by_simplified_ademamix", {"alpha": 1.0}),
+    Entry("contrib.simplified_ademamix", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True),
 ]
 
 COVERED = {
+    "contrib.ScaleByAdemamixState": "tests/contrib/test_ademamix.py",
+    "contrib.ScaleBySimplifiedAdEMAMixState": "tests/contrib/test_ademamix.py",
     "contrib.MadgradState": "tests/contrib/test_madgrad.py",
 }

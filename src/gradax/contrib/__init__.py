@@ -11,6 +11,13 @@ from ._ademamix import scale_by_simplified_ademamix as scale_by_simplified_adema
 from ._ademamix import simplified_ademamix as simplified_ademamix
 from ._adopt import adopt as adopt
 from ._adopt import scale_by_adopt as scale_by_adopt
+from ._cocob import COCOBState as COCOBState
+from ._cocob import cocob as cocob
+from ._cocob import scale_by_cocob as scale_by_cocob
+from ._dog import DoGState as DoGState
+from ._dog import DoWGState as DoWGState
+from ._dog import dog as dog
+from ._dog import dowg as dowg
 from ._madgrad import MadgradState as MadgradState
 from ._madgrad import madgrad as madgrad
 from ._madgrad import scale_by_madgrad as scale_by_madgrad

@@ -21,9 +21,23 @@ ENTRIES = [
     Entry("contrib.ademamix", make=lambda ox: ox.contrib.ademamix(_SCHED, b3=_SCHED), inject=False),
     Entry("contrib.scale_by_simplified_ademamix", {"alpha": 1.0}),
     Entry("contrib.simplified_ademamix", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True),
+    Entry("contrib.scale_by_cocob", {"alpha": 100.0}, needs_params=True),
+    Entry("contrib.cocob", {"learning_rate": 1.0, "weight_decay": 1e-3}, needs_params=True),
+    Entry("contrib.cocob", make=lambda ox: ox.contrib.cocob(_SCHED), needs_params=True, inject=False),
+    Entry("contrib.dog", {"learning_rate": 1.0}, needs_params=True),
+    Entry(
+        "contrib.dog",
+        make=lambda ox: ox.contrib.dog(_SCHED, init_step=("distance", 0.1)),
+        needs_params=True,
+        inject=False,
+    ),
+    Entry("contrib.dowg", {"learning_rate": 1.0, "weight_decay": 1e-3}, needs_params=True),
 ]
 
 COVERED = {
+    "contrib.COCOBState": "tests/contrib/test_cocob.py",
+    "contrib.DoGState": "tests/contrib/test_dog.py",
+    "contrib.DoWGState": "tests/contrib/test_dog.py",
     "contrib.ScaleByAdemamixState": "tests/contrib/test_ademamix.py",
     "contrib.ScaleBySimplifiedAdEMAMixState": "tests/contrib/test_ademamix.py",
     "contrib.MadgradState": "tests/contrib/test_madgrad.py",

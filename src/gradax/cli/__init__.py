@@ -1,1 +1,3 @@
-"""gradax.cli."""
+"""gradax.cli: train, compare optimizers and plot schedules from the command line (``gradax --help``)."""
+
+from ._main import main as main

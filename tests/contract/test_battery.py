@@ -57,7 +57,7 @@ _params = pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 
 # inject_hyperparams turns Python-float hyperparameters into float32 arrays; for these XLA may fuse the arithmetic
 # differently, which moves the result by one ulp (documented in docs/differences.md is not needed: same math).
-INJECT_ULP = {"adan", "novograd", "scale_by_adan", "scale_by_novograd"}
+INJECT_ULP = {"adan", "novograd", "scale_by_adan", "scale_by_novograd", "ema"}
 
 
 def _skip(entry, *checks):
@@ -285,14 +285,15 @@ def test_oracle(entry):
     xs = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=(steps, *x.shape)), jnp.float32), params)
 
     def scan(lib, t):
+        # an unrolled loop, not lax.scan: some Optax 0.2.8 states change structure on update (monitor) or shape
+        # (DoG's scalar params), which the comparison of updates should not trip on
         update = _update_fn(entry, t, lib)
-
-        def body(carry, g):
-            s, p = carry
-            u, s = update(g, s, p)
-            return (s, lib.apply_updates(p, u)), u
-
-        return jax.lax.scan(body, (t.init(params), params), xs)[1]
+        s, p, out = t.init(params), params, []
+        for k in range(steps):
+            u, s = update(jax.tree.map(lambda x, k=k: x[k], xs), s, p)
+            p = lib.apply_updates(p, u)
+            out.append(u)
+        return out
 
     ours, theirs = jax.jit(lambda: (scan(gradax, tx), scan(optax, ref)))()
     assert_trees_close(ours, theirs, rtol=entry.rtol, atol=entry.atol, what="gradax vs optax updates")

@@ -14,6 +14,8 @@ from ._adopt import scale_by_adopt as scale_by_adopt
 from ._cocob import COCOBState as COCOBState
 from ._cocob import cocob as cocob
 from ._cocob import scale_by_cocob as scale_by_cocob
+from ._dadapt_adamw import DAdaptAdamWState as DAdaptAdamWState
+from ._dadapt_adamw import dadapt_adamw as dadapt_adamw
 from ._dog import DoGState as DoGState
 from ._dog import DoWGState as DoWGState
 from ._dog import dog as dog

@@ -32,9 +32,12 @@ ENTRIES = [
         inject=False,
     ),
     Entry("contrib.dowg", {"learning_rate": 1.0, "weight_decay": 1e-3}, needs_params=True),
+    # rtol 1e-4: d is a ratio of tree-wide sums (summation order differs from Optax's)
+    Entry("contrib.dadapt_adamw", {"learning_rate": 1.0, "weight_decay": 1e-3}, needs_params=True, rtol=1e-4),
 ]
 
 COVERED = {
+    "contrib.DAdaptAdamWState": "tests/contrib/test_dadapt_adamw.py",
     "contrib.COCOBState": "tests/contrib/test_cocob.py",
     "contrib.DoGState": "tests/contrib/test_dog.py",
     "contrib.DoWGState": "tests/contrib/test_dog.py",

@@ -84,8 +84,9 @@ def scale_by_dog(
       A :class:`GradientTransformation` with state :class:`DoGState`; ``update`` needs ``params``.
 
     Example:
-      >>> import gradax, jax.numpy as jnp
-      >>> tx = gradax.contrib._dog.scale_by_dog(("distance", 1.0), eps=0.0)
+      >>> import jax.numpy as jnp
+      >>> from gradax.contrib._dog import scale_by_dog
+      >>> tx = scale_by_dog(("distance", 1.0), eps=0.0)
       >>> tx.update(jnp.array([3.0, 4.0]), tx.init(jnp.zeros(2)), jnp.zeros(2))[0]
       Array([0.6, 0.8], dtype=float32)
 
@@ -200,8 +201,9 @@ def scale_by_dowg(init_estim_sq_dist: ArrayLike | None = None, eps: ArrayLike = 
       A :class:`GradientTransformation` with state :class:`DoWGState`; ``update`` needs ``params``.
 
     Example:
-      >>> import gradax, jax.numpy as jnp
-      >>> tx = gradax.contrib._dog.scale_by_dowg(init_estim_sq_dist=1.0, eps=1e-4)
+      >>> import jax.numpy as jnp
+      >>> from gradax.contrib._dog import scale_by_dowg
+      >>> tx = scale_by_dowg(init_estim_sq_dist=1.0, eps=1e-4)
       >>> tx.update(jnp.array([3.0, 4.0]), tx.init(jnp.zeros(2)), jnp.zeros(2))[0].round(4)
       Array([0.6, 0.8], dtype=float32)
 

@@ -498,6 +498,7 @@ def micro_grad(
       >>> g, aux.values
       (Array([28.], dtype=float32), Array([0., 1., 4., 9.], dtype=float32))
     """
+    _check_accumulator("micro_grad", accumulator)
     batch_argnums = _as_tuple(batch_argnums)
     with_aux = fun if has_aux else (lambda *a, **k: (fun(*a, **k), None))
     value_and_grad = jax.value_and_grad(with_aux, argnums, has_aux=True)

@@ -310,3 +310,19 @@ def test_two_groups_with_their_own_learning_rates_raise():
         gradax.tree.get(state, "learning_rate")
     first = gradax.tree.get(state, "learning_rate", filtering=lambda path, v: path[0] == jax.tree_util.SequenceKey(0))
     np.testing.assert_allclose(first, 0.1)
+
+
+def test_integer_seed_is_static_not_a_hyperparameter():
+    import jax
+    import jax.numpy as jnp
+
+    import gradax
+
+    params = jnp.ones(3)
+    injected = gradax.inject_hyperparams(gradax.add_noise)(eta=0.01, gamma=0.55, key=0)
+    plain = gradax.add_noise(0.01, 0.55, key=0)
+    state = injected.init(params)
+    assert "key" not in state.hyperparams
+    u1, _ = jax.jit(injected.update)(params, state)
+    u2, _ = jax.jit(plain.update)(params, plain.init(params))
+    assert jnp.array_equal(u1, u2)

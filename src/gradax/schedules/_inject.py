@@ -132,7 +132,12 @@ def _is_stateful_schedule(value: Any) -> bool:
     return callable(value) and callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))
 
 
+_KEY_NAMES = ("key", "seed", "rng", "rng_key", "prng_key")
+
+
 def _kind(name: str, value: Any, param: inspect.Parameter | None) -> str:
+    if name in _KEY_NAMES:
+        return _STATIC  # random keys and seeds are data for the factory, never hyperparameters
     if value is None or isinstance(value, (bool, np.bool_, str, bytes, type, np.dtype)):
         return _STATIC
     if callable(value):

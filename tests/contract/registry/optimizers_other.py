@@ -59,8 +59,8 @@ ENTRIES = [
     Entry("lars", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True),
     Entry("lars", make=lambda ox: ox.lars(_SCHED, weight_decay=_SCHED), needs_params=True, inject=False),
     # noise, Polyak, DoG
-    # a typed key: inject_hyperparams(noisy_sgd)(key=0) turns the int seed into a float array (reported)
     Entry("noisy_sgd", {"learning_rate": 1e-2, "eta": 0.0, "key": jax.random.key(0)}),
+    Entry("noisy_sgd", {"learning_rate": 1e-2, "eta": 0.01, "key": 0}),
     Entry("scale_by_polyak", {"max_learning_rate": 0.1}, extra_args=_value),
     Entry("polyak_sgd", {"max_learning_rate": 0.1}, extra_args=_value),
     Entry(

@@ -26,7 +26,6 @@ ENTRIES = [
     Entry(
         "add_noise",
         {"eta": 0.01, "gamma": 0.55, "key": 0},
-        skip={"inject": "inject_hyperparams(add_noise)(key=0) turns the int seed into a float array (as noisy_sgd)"},
     ),
     Entry("keep_params_nonnegative", needs_params=True),
     Entry("zero_nans"),

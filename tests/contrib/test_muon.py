@@ -122,3 +122,12 @@ def test_errors():
     tx = contrib.scale_by_muon(weight_dimension_numbers=contrib.MuonDimensionNumbers(0, 0))
     with pytest.raises(ValueError, match=r"must be disjoint"):
         tx.update(jnp.ones((2, 2)), tx.init(jnp.ones((2, 2))))
+
+
+def test_inject_hyperparams_with_static_ns_steps():
+    params = {"w": jax.random.normal(jax.random.key(0), (3, 4)), "b": jnp.ones(4)}
+    a = gradax.inject_hyperparams(contrib.muon, static_args=("ns_steps",))(learning_rate=1e-2, ns_steps=5)
+    b = contrib.muon(1e-2)
+    ua, _ = a.update(params, a.init(params), params)
+    ub, _ = b.update(params, b.init(params), params)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6), ua, ub)

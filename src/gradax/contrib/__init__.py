@@ -30,3 +30,7 @@ from ._schedule_free import schedule_free as schedule_free
 from ._schedule_free import schedule_free_adamw as schedule_free_adamw
 from ._schedule_free import schedule_free_eval_params as schedule_free_eval_params
 from ._schedule_free import schedule_free_sgd as schedule_free_sgd
+from ._muon import MuonDimensionNumbers as MuonDimensionNumbers
+from ._muon import MuonState as MuonState
+from ._muon import muon as muon
+from ._muon import scale_by_muon as scale_by_muon

@@ -8,9 +8,14 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, Params, ScalarOrSchedule
-from .._base import with_extra_args_support
-from .._checks import argument_error, check_interval, check_int, check_needs, check_non_negative
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    Params,
+    ScalarOrSchedule,
+    with_extra_args_support,
+)
+from .._checks import argument_error, check_int, check_interval, check_needs, check_non_negative
 from .._hyperparams import as_value, hyperparam_dtype, is_schedule, value_at
 from .._numerics import compute_dtype, safe_int32_increment
 from ..optimizers._rms import scale_by_rms

@@ -1,0 +1,404 @@
+"""Muon (Jordan et al., 2024): momentum orthogonalized by a Newton-Schulz iteration, for matrix parameters."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from .._base import GradientTransformation, Params, ScalarOrSchedule, init_empty_state
+from .._checks import argument_error, check_decay, check_int, check_non_negative, check_one_of
+from .._hyperparams import as_value
+from .._numerics import compute_dtype, safe_int32_increment, state_dtype
+from ..optimizers._adam import adamw
+from ..transforms._adding import add_decayed_weights
+from ..transforms._combining import chain
+from ..transforms._masking import MaskedNode
+from ..transforms._partition import partition
+from ..transforms._scaling import scale_by_learning_rate
+
+_PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
+_DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
+# per-step coefficients of Ahn et al. (Dion, 2025), used with ``ns_coeffs="dion"``
+_NS_PRESETS = {
+    "standard": _DEFAULT_NS_COEFFS,
+    "dion": (
+        (4.0848, -6.8946, 2.9270),
+        (3.9505, -6.3029, 2.6377),
+        (3.7418, -5.5913, 2.3037),
+        (2.8769, -3.1427, 1.2046),
+        (2.8366, -3.0525, 1.2012),
+    ),
+}
+
+
+class MuonDimensionNumbers(NamedTuple):
+    """Which axes of a weight are its input (reduced) and output axes; every other axis is a batch axis.
+
+    A 3-D stacked (scanned) weight of shape ``(layers, d_in, d_out)`` is
+    ``MuonDimensionNumbers(reduction_axis=1, output_axis=2)``: each of the ``layers`` matrices is orthogonalized on
+    its own. Several axes may be given as a tuple; they are flattened together.
+    """
+
+    reduction_axis: Sequence[int] | int = 0
+    output_axis: Sequence[int] | int = 1
+
+
+class MuonState(NamedTuple):
+    """State of :func:`scale_by_muon`: the step ``count`` (int32), the momentum ``mu`` and the Newton-Schulz
+    coefficients ``ns_coeffs`` (shape ``(3,)``, or ``(ns_steps, 3)`` for per-step coefficients)."""
+
+    count: jax.Array
+    mu: Any
+    ns_coeffs: jax.Array
+
+
+def _is_dims(x: Any) -> bool:
+    return x is None or isinstance(x, (MuonDimensionNumbers, MaskedNode))
+
+
+def _axes(ndim: int, dims: MuonDimensionNumbers) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    red = (dims.reduction_axis,) if isinstance(dims.reduction_axis, int) else tuple(dims.reduction_axis)
+    out = (dims.output_axis,) if isinstance(dims.output_axis, int) else tuple(dims.output_axis)
+    red = tuple(a % ndim for a in red)
+    out = tuple(a % ndim for a in out)
+    if set(red) & set(out):
+        raise ValueError(
+            f"MuonDimensionNumbers: reduction axes {red} and output axes {out} must be disjoint for a weight of rank "
+            f"{ndim}. Name each axis at most once."
+        )
+    return red, out
+
+
+def _default_dims(ndim: int) -> MuonDimensionNumbers:
+    if ndim < 2:
+        raise ValueError(
+            f"scale_by_muon: a parameter of rank {ndim} is not a matrix. Give weight_dimension_numbers (None for "
+            "the leaves to leave out) or use gradax.contrib.muon, which sends non-matrix parameters to AdamW."
+        )
+    # a stacked weight (..., d_in, d_out): the leading axes are batch axes
+    return MuonDimensionNumbers(reduction_axis=ndim - 2, output_axis=ndim - 1)
+
+
+def _fans(shape, dims: MuonDimensionNumbers) -> tuple[int, int]:
+    red, out = _axes(len(shape), dims)
+    return math.prod(shape[a] for a in red), math.prod(shape[a] for a in out)
+
+
+def _newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps) -> jax.Array:
+    """Approximately ``U V^T`` of one matrix ``x = U S V^T`` by the quintic iteration
+    ``X <- a X + (b A + c A^2) X`` with ``A = X X^H`` (memory: ``x`` plus two ``min(m, n)^2`` matrices)."""
+    transposed = x.shape[0] > x.shape[1]
+    if transposed:
+        x = x.T
+    if preconditioning == "frobenius":
+        x = x / (jnp.linalg.norm(x) + eps)
+    elif preconditioning == "spectral":
+        x = x / (jnp.linalg.norm(x, ord=2) + eps)
+
+    def step(x, c, first):
+        a = x @ x.T.conj()
+        if first and preconditioning == "aol":
+            # almost-orthogonal-layer rescaling (Prach & Lampert, 2022): a diagonal that bounds the spectral norm
+            s = jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.abs(a), axis=-1), eps))[:, None]
+            x, a = x * s, a * s * s.T
+        elif first and preconditioning == "schatten":
+            s = jax.lax.rsqrt(jnp.maximum(jnp.linalg.norm(a), eps))
+            x, a = x * s, a * s**2
+        b = c[1] * a + c[2] * (a @ a)
+        return c[0] * x + b @ x
+
+    coeffs = coeffs.astype(x.dtype)
+    per_step = coeffs.ndim == 2
+    first = coeffs[0] if per_step else coeffs
+    x = step(x, first, True)
+    rest = coeffs[1:] if per_step else jnp.broadcast_to(coeffs, (max(ns_steps - 1, 0), 3))
+    if rest.shape[0]:
+        x = jax.lax.scan(lambda x, c: (step(x, c, False), None), x, rest)[0]
+    return x.T if transposed else x
+
+
+def orthogonalize(x, coeffs, ns_steps, preconditioning, eps, dims: MuonDimensionNumbers):
+    """Orthogonalizes each matrix of ``x`` (batch axes x reduction axes x output axes), one at a time."""
+    red, out = _axes(x.ndim, dims)
+    batch = tuple(a for a in range(x.ndim) if a not in red and a not in out)
+    perm = batch + red + out
+    inv = tuple(sorted(range(x.ndim), key=lambda i: perm[i]))
+    shape = tuple(x.shape[a] for a in perm)
+    flat = x.transpose(perm).reshape(
+        math.prod(shape[: len(batch)]), math.prod(x.shape[a] for a in red), math.prod(x.shape[a] for a in out)
+    )
+    # jax.lax.map keeps one matrix's Newton-Schulz temporaries alive at a time, whatever the number of layers
+    y = jax.lax.map(lambda m: _newton_schulz(m, coeffs, ns_steps, preconditioning, eps), flat)
+    return y.reshape(shape).transpose(inv)
+
+
+def _resolve_dims(weight_dimension_numbers, updates):
+    dims = (
+        weight_dimension_numbers(updates)
+        if callable(weight_dimension_numbers) and not isinstance(weight_dimension_numbers, MuonDimensionNumbers)
+        else weight_dimension_numbers
+    )
+    if dims is None:
+        return jax.tree.map(lambda u: _default_dims(jnp.ndim(u)), updates)
+    if isinstance(dims, MuonDimensionNumbers):
+        return jax.tree.map(lambda u: dims, updates)
+    # a prefix tree of MuonDimensionNumbers / None / MaskedNode
+    return jax.tree.map(lambda d, sub: jax.tree.map(lambda u: d, sub), dims, updates, is_leaf=_is_dims)
+
+
+def _ns_coeffs_array(api, ns_coeffs, ns_steps):
+    if isinstance(ns_coeffs, str):
+        check_one_of(api, "ns_coeffs", ns_coeffs, tuple(_NS_PRESETS))
+        ns_coeffs = _NS_PRESETS[ns_coeffs]
+    c = jnp.asarray(ns_coeffs, jnp.float32)
+    if c.ndim not in (1, 2) or c.shape[-1] != 3:
+        raise argument_error(api, "ns_coeffs", "of shape (3,) or (n, 3)", ns_coeffs)
+    if c.ndim == 2:
+        if c.shape[0] < ns_steps:
+            raise argument_error(api, "ns_coeffs", f"at least ns_steps={ns_steps} rows", ns_coeffs)
+        c = c[c.shape[0] - ns_steps :]
+    return c
+
+
+def _check(api, ns_coeffs, ns_steps, beta, eps, preconditioning):
+    check_int(api, "ns_steps", ns_steps, low=1)
+    check_decay(api, "beta", beta)
+    check_non_negative(api, "eps", eps)
+    check_one_of(api, "preconditioning", preconditioning, _PRECONDITIONINGS)
+    _ns_coeffs_array(api, ns_coeffs, ns_steps)
+
+
+def scale_by_muon(
+    ns_coeffs: Any = _DEFAULT_NS_COEFFS,
+    ns_steps: ArrayLike = 5,
+    beta: ArrayLike = 0.95,
+    eps: ArrayLike = 1e-8,
+    mu_dtype: Any | None = None,
+    *,
+    nesterov: bool = True,
+    adaptive: bool = False,
+    preconditioning: str = "frobenius",
+    weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Any] | None = None,
+) -> GradientTransformation:
+    r"""Muon's direction: bias-corrected (Nesterov) momentum, orthogonalized matrix by matrix.
+
+    .. math::
+        m_t &= \beta m_{t-1} + (1 - \beta) g_t, \\
+        \hat m_t &= \beta \frac{m_t}{1 - \beta^{t+1}} + (1 - \beta)\frac{g_t}{1 - \beta^{t}}
+            \quad (\text{or } m_t / (1 - \beta^t) \text{ without Nesterov}), \\
+        X_0 &= \hat m_t / (\|\hat m_t\|_F + \epsilon), \quad X_{k+1} = a X_k + (b A_k + c A_k^2) X_k, \quad
+            A_k = X_k X_k^\top,
+
+    and the update is :math:`X_K \approx U V^\top` for :math:`\hat m_t = U \Sigma V^\top` (times
+    :math:`\langle \hat m_t, X_K\rangle` with ``adaptive``). The iteration runs on the smaller side of each matrix;
+    batch axes (stacked layers) are processed one matrix at a time, so memory stays that of a single matrix.
+
+    Args:
+      ns_coeffs: :math:`(a, b, c)`, or one triple per step (shape ``(n, 3)`` with ``n >= ns_steps``).
+      ns_steps: number of Newton-Schulz iterations :math:`K >= 1`.
+      beta: momentum decay in :math:`[0, 1)`.
+      eps: :math:`\epsilon >= 0` in the normalization.
+      mu_dtype: dtype of the momentum (default: the parameters', float32 for bf16/f16).
+      nesterov: use Nesterov momentum.
+      adaptive: scale by :math:`\langle \hat m_t, X_K \rangle` (Si et al., AdaMuon-style dual norm scaling).
+      preconditioning: the normalization before the iteration: ``'frobenius'``, ``'spectral'``, ``'aol'`` or
+        ``'schatten'``.
+      weight_dimension_numbers: :class:`MuonDimensionNumbers` for every leaf, a tree of them (None to leave out a
+        leaf... of :func:`muon`), or a function of the updates returning one. Default: the last two axes are
+        (input, output) and any leading axes are stacked layers.
+
+    Returns:
+      A :class:`GradientTransformation` with state :class:`MuonState`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> tx = gradax.contrib.scale_by_muon()
+      >>> u, _ = tx.update(jnp.eye(2) * 3.0, tx.init(jnp.zeros((2, 2))))
+      >>> bool(jnp.allclose(u, jnp.eye(2), atol=0.3))
+      True
+
+    References:
+      Jordan et al., `Muon: An optimizer for hidden layers in neural networks
+      <https://kellerjordan.github.io/posts/muon/>`_, 2024; Liu et al., `Muon is Scalable for LLM Training
+      <https://arxiv.org/abs/2502.16982>`_, 2025.
+    """
+    api = "scale_by_muon"
+    _check(api, ns_coeffs, ns_steps, beta, eps, preconditioning)
+
+    def init(params):
+        mu = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype, mu_dtype)), params)
+        return MuonState(jnp.zeros([], jnp.int32), mu, _ns_coeffs_array(api, ns_coeffs, ns_steps))
+
+    def update(updates, state, params=None):
+        del params
+        dims = _resolve_dims(weight_dimension_numbers, updates)
+        count = safe_int32_increment(state.count)
+        b = as_value(beta)
+        t = count.astype(b.dtype)
+
+        def leaf(g, m, d):
+            cd = compute_dtype(jnp.result_type(g, m))
+            gc = g.astype(cd)
+            m_new = b * m.astype(cd) + (1 - b) * gc
+            if nesterov:
+                m_hat = b * m_new / (1 - b ** (t + 1)) + (1 - b) * gc / (1 - b**t)
+            else:
+                m_hat = m_new / (1 - b**t)
+            if d is None:
+                d = _default_dims(g.ndim)
+            o = orthogonalize(m_hat, state.ns_coeffs, ns_steps, preconditioning, as_value(eps, cd), d)
+            if adaptive:
+                o = jnp.sum(m_hat.conj() * o) * o
+            return o.astype(g.dtype), m_new.astype(m.dtype)
+
+        flat_u, treedef = jax.tree.flatten(updates)
+        flat_m = treedef.flatten_up_to(state.mu)
+        flat_d = treedef.flatten_up_to(dims)
+        outs = [leaf(g, m, d) for g, m, d in zip(flat_u, flat_m, flat_d)]
+        new_u = treedef.unflatten([o[0] for o in outs])
+        new_m = treedef.unflatten([o[1] for o in outs])
+        return new_u, MuonState(count, new_m, state.ns_coeffs)
+
+    return GradientTransformation(init, update)
+
+
+def _scale_by_shape(weight_dimension_numbers, consistent_rms) -> GradientTransformation:
+    """Scales each orthogonalized update by :math:`\\sqrt{\\max(1, d_{out}/d_{in})}` (width transfer), or by
+    ``consistent_rms`` :math:`\\sqrt{\\max(d_{in}, d_{out})}` (an update RMS matching AdamW's, Liu et al., 2025)."""
+
+    def update(updates, state, params=None):
+        del params
+        dims = _resolve_dims(weight_dimension_numbers, updates)
+
+        def leaf(u, d):
+            fan_in, fan_out = _fans(u.shape, d)
+            if consistent_rms is None:
+                s = math.sqrt(max(1.0, fan_out / fan_in))
+            else:
+                s = math.sqrt(max(fan_in, fan_out)) * as_value(consistent_rms)
+            return (s * u.astype(compute_dtype(u.dtype))).astype(u.dtype)
+
+        flat_u, treedef = jax.tree.flatten(updates)
+        flat_d = treedef.flatten_up_to(dims)
+        return treedef.unflatten([leaf(u, d) for u, d in zip(flat_u, flat_d)]), state
+
+    return GradientTransformation(init_empty_state, update)
+
+
+def muon(
+    learning_rate: ScalarOrSchedule,
+    ns_coeffs: Any = _DEFAULT_NS_COEFFS,
+    ns_steps: ArrayLike = 5,
+    beta: ArrayLike = 0.95,
+    eps: ArrayLike = 1e-8,
+    weight_decay: ArrayLike = 0.0,
+    weight_decay_mask: Any = None,
+    mu_dtype: Any | None = None,
+    *,
+    nesterov: bool = True,
+    adaptive: bool = False,
+    preconditioning: str = "frobenius",
+    adam_b1: ArrayLike = 0.9,
+    adam_b2: ArrayLike = 0.999,
+    adam_eps_root: ArrayLike = 0.0,
+    adam_weight_decay: ArrayLike = 0.0,
+    adam_learning_rate: ScalarOrSchedule | None = None,
+    muon_weight_dimension_numbers: Any = None,
+    consistent_rms: ArrayLike | None = None,
+) -> GradientTransformation:
+    r"""Muon for matrices, AdamW for everything else.
+
+    Matrix parameters (2-D by default, or the leaves given :class:`MuonDimensionNumbers` in
+    ``muon_weight_dimension_numbers``, e.g. ``(layers, d_in, d_out)`` stacks) get
+
+    .. math::
+        u_t = -\eta_t \left(s \cdot \mathrm{NS}_K(\hat m_t) + \lambda \theta_t\right), \quad
+        s = \sqrt{\max(1, d_{out} / d_{in})},
+
+    with :math:`\mathrm{NS}_K` and :math:`\hat m_t` as in :func:`scale_by_muon` (``consistent_rms=r`` uses
+    :math:`s = r\sqrt{\max(d_{in}, d_{out})}` instead); the other leaves (and the leaves whose dimension numbers are
+    None) are updated by :func:`gradax.adamw`.
+
+    Args:
+      learning_rate: :math:`\eta`, a number or a schedule.
+      ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov, adaptive, preconditioning: see :func:`scale_by_muon`;
+        ``ns_coeffs`` may also be ``'standard'`` or ``'dion'``.
+      weight_decay: :math:`\lambda >= 0` for the Muon leaves; ``weight_decay_mask`` restricts it.
+      adam_b1, adam_b2, adam_eps_root, adam_weight_decay, adam_learning_rate: AdamW's arguments for the other leaves
+        (``adam_learning_rate`` defaults to ``learning_rate``).
+      muon_weight_dimension_numbers: a :class:`MuonDimensionNumbers`, a tree of them with None for AdamW leaves, or
+        a function of the params returning one.
+      consistent_rms: target update RMS, or None for the width-transfer scale.
+
+    Returns:
+      A :class:`GradientTransformation` (a :func:`gradax.partition`).
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> opt = gradax.contrib.muon(0.1)
+      >>> params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+      >>> u, _ = opt.update(params, opt.init(params), params)
+      >>> u["w"].shape, u["b"].shape
+      ((2, 2), (2,))
+
+    References:
+      Jordan et al., `Muon <https://kellerjordan.github.io/posts/muon/>`_, 2024; Liu et al., `Muon is Scalable for
+      LLM Training <https://arxiv.org/abs/2502.16982>`_, 2025.
+    """
+    api = "muon"
+    _check(api, ns_coeffs, ns_steps, beta, eps, preconditioning)
+    check_non_negative(api, "learning_rate", learning_rate)
+    check_non_negative(api, "weight_decay", weight_decay)
+    if isinstance(ns_coeffs, str):
+        ns_coeffs = _NS_PRESETS[ns_coeffs]
+    if adam_learning_rate is None:
+        adam_learning_rate = learning_rate
+    user_dims = muon_weight_dimension_numbers
+
+    def dims_tree(params):
+        d = user_dims(params) if callable(user_dims) and not isinstance(user_dims, MuonDimensionNumbers) else user_dims
+        if d is None:
+            return jax.tree.map(lambda p: MuonDimensionNumbers() if jnp.ndim(p) == 2 else None, params)
+        return jax.tree.map(lambda dd, sub: jax.tree.map(lambda _: dd, sub), d, params, is_leaf=_is_dims)
+
+    def labels(params):
+        return jax.tree.map(
+            lambda d, sub: jax.tree.map(lambda _: "adam" if d is None else "muon", sub),
+            dims_tree(params),
+            params,
+            is_leaf=_is_dims,
+        )
+
+    # inside the partition the Muon side sees MaskedNode in place of the AdamW leaves; dims_tree keeps them
+    muon_side = chain(
+        scale_by_muon(
+            ns_coeffs=ns_coeffs,
+            ns_steps=ns_steps,
+            beta=beta,
+            eps=eps,
+            mu_dtype=mu_dtype,
+            nesterov=nesterov,
+            adaptive=adaptive,
+            preconditioning=preconditioning,
+            weight_dimension_numbers=dims_tree,
+        ),
+        _scale_by_shape(dims_tree, consistent_rms),
+        add_decayed_weights(weight_decay, weight_decay_mask),
+        scale_by_learning_rate(learning_rate),
+    )
+    adam_side = adamw(
+        learning_rate=adam_learning_rate,
+        b1=adam_b1,
+        b2=adam_b2,
+        eps=eps,
+        eps_root=adam_eps_root,
+        weight_decay=adam_weight_decay,
+        mu_dtype=mu_dtype,
+        nesterov=nesterov,
+    )
+    return partition({"muon": muon_side, "adam": adam_side}, labels)

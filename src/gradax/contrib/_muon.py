@@ -208,8 +208,8 @@ def scale_by_muon(
       adaptive: scale by :math:`\langle \hat m_t, X_K \rangle` (Si et al., AdaMuon-style dual norm scaling).
       preconditioning: the normalization before the iteration: ``'frobenius'``, ``'spectral'``, ``'aol'`` or
         ``'schatten'``.
-      weight_dimension_numbers: :class:`MuonDimensionNumbers` for every leaf, a tree of them (None to leave out a
-        leaf... of :func:`muon`), or a function of the updates returning one. Default: the last two axes are
+      weight_dimension_numbers: :class:`MuonDimensionNumbers` for every leaf, a tree of them (a prefix of the
+        updates), or a function of the updates returning one. Default: the last two axes are
         (input, output) and any leading axes are stacked layers.
 
     Returns:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -208,20 +210,19 @@ def cmd_schedule(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / "schedule.png"
     if out.suffix.lower() != ".png":
         raise CliError(f"--out must name a .png file; got {str(out)!r}")
-    folder = RunFolder(out, overwrite=True)  # a temp folder beside the file: the PNG appears only when complete
+    try:  # write beside the target and rename: the PNG appears only when complete
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.tmp-", suffix=".png", dir=out.parent)
+        os.close(fd)
+    except OSError as e:
+        raise OutputError(f"cannot write {str(out)!r}: {e.strerror or e}") from None
     try:
-        plot_values(
-            np.arange(steps + 1),
-            {built.name or "schedule": values},
-            folder.file("plot.png"),
-            _short(args.expression, 80),
-            ylabel="value",
-        )
-        import os
-
-        os.replace(folder.file("plot.png"), out)
+        name = built.name or "schedule"
+        plot_values(np.arange(steps + 1), {name: values}, Path(tmp), _short(args.expression, 80), ylabel="value")
+        os.replace(tmp, out)
     finally:
-        folder.discard()
+        if os.path.exists(tmp):
+            os.remove(tmp)
     marks = [("step 0", 0)]
     w = _warmup_end(built)
     if w is not None and 0 < w < steps:
@@ -400,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default=str(Path("runs") / "demo"), help="folder for the demo runs (replaced)")
     p.add_argument("--digits-steps", type=int, default=600, help="steps per optimizer on digits")
-    p.add_argument("--lm-steps", type=int, default=300, help="steps for the language model")
+    p.add_argument("--lm-steps", type=int, default=500, help="steps for the language model")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_demo)
     return parser

@@ -1,0 +1,4 @@
+"""The command line adds no public library names."""
+
+ENTRIES = []
+COVERED = {}

@@ -34,3 +34,9 @@ from ._muon import MuonDimensionNumbers as MuonDimensionNumbers
 from ._muon import MuonState as MuonState
 from ._muon import muon as muon
 from ._muon import scale_by_muon as scale_by_muon
+
+# part B3
+from ._normalize import NormalizeState as NormalizeState
+from ._normalize import normalize as normalize
+from ._complex import SplitRealAndImaginaryState as SplitRealAndImaginaryState
+from ._complex import split_real_and_imaginary as split_real_and_imaginary

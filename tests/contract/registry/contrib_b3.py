@@ -1,0 +1,17 @@
+"""Registry entries for gradax.contrib, part B3 (normalize, split_real_and_imaginary, prodigy, sophia)."""
+
+from . import Entry
+
+ENTRIES = [
+    Entry("contrib.normalize", inject=False),
+    Entry(
+        "contrib.split_real_and_imaginary",
+        make=lambda ox: ox.contrib.split_real_and_imaginary(ox.adam(1e-2)),
+        complex_ok=True,
+    ),
+]
+
+COVERED = {
+    "contrib.NormalizeState": "tests/contrib/test_normalize.py",
+    "contrib.SplitRealAndImaginaryState": "tests/contrib/test_complex.py",
+}

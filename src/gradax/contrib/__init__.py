@@ -40,3 +40,8 @@ from ._normalize import NormalizeState as NormalizeState
 from ._normalize import normalize as normalize
 from ._complex import SplitRealAndImaginaryState as SplitRealAndImaginaryState
 from ._complex import split_real_and_imaginary as split_real_and_imaginary
+
+# part C
+from ._privacy import DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState
+from ._privacy import differentially_private_aggregate as differentially_private_aggregate
+from ._privacy import dpsgd as dpsgd

@@ -45,3 +45,5 @@ from ._complex import split_real_and_imaginary as split_real_and_imaginary
 from ._privacy import DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState
 from ._privacy import differentially_private_aggregate as differentially_private_aggregate
 from ._privacy import dpsgd as dpsgd
+from ._hutchinson import HutchinsonState as HutchinsonState
+from ._hutchinson import hutchinson_estimator_diag_hessian as hutchinson_estimator_diag_hessian

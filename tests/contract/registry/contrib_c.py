@@ -32,3 +32,32 @@ ENTRIES = [
 COVERED = {
     "contrib.DifferentiallyPrivateAggregateState": "tests/contrib/test_privacy.py",
 }
+
+
+def _obj_fn(params, grads, lib):
+    """A smooth objective of every leaf (float32 inside), for the Hessian-vector products."""
+    import jax
+    import jax.numpy as jnp
+
+    def obj(p):
+        leaves = jax.tree.leaves(p)
+        return sum(
+            (jnp.sum(jnp.sin(x.astype(jnp.float32)) * x.astype(jnp.float32) ** 2) for x in leaves), jnp.float32(0)
+        )
+
+    return {"obj_fn": obj}
+
+
+ENTRIES += [
+    # rtol 1e-4: a Hessian-vector product; the forward-over-reverse order of operations may differ from Optax's
+    Entry(
+        "contrib.hutchinson_estimator_diag_hessian",
+        {"random_seed": __import__("jax").random.key(3)},
+        needs_params=True,
+        extra_args=_obj_fn,
+        rtol=1e-4,
+        atol=1e-5,
+    ),
+]
+
+COVERED["contrib.HutchinsonState"] = "tests/contrib/test_hutchinson.py"

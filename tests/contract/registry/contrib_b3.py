@@ -9,9 +9,19 @@ ENTRIES = [
         make=lambda ox: ox.contrib.split_real_and_imaginary(ox.adam(1e-2)),
         complex_ok=True,
     ),
+    # Prodigy: d_k is a ratio of tree reductions that scales every later step (tests/contrib/test_prodigy.py)
+    Entry("contrib.prodigy", {"learning_rate": 1.0, "estim_lr0": 1e-3}, needs_params=True, rtol=1e-4, atol=1e-6),
+    Entry(
+        "contrib.prodigy",
+        make=lambda ox: ox.contrib.prodigy(lambda c: 1.0 / (1.0 + c), weight_decay=1e-2, safeguard_warmup=True),
+        needs_params=True,
+        rtol=1e-4,
+        inject=False,
+    ),
 ]
 
 COVERED = {
     "contrib.NormalizeState": "tests/contrib/test_normalize.py",
     "contrib.SplitRealAndImaginaryState": "tests/contrib/test_complex.py",
+    "contrib.ProdigyState": "tests/contrib/test_prodigy.py",
 }

@@ -40,8 +40,6 @@ from ._normalize import NormalizeState as NormalizeState
 from ._normalize import normalize as normalize
 from ._complex import SplitRealAndImaginaryState as SplitRealAndImaginaryState
 from ._complex import split_real_and_imaginary as split_real_and_imaginary
-from ._prodigy import ProdigyState as ProdigyState
-from ._prodigy import prodigy as prodigy
 
 # part C
 from ._privacy import DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState
@@ -49,3 +47,7 @@ from ._privacy import differentially_private_aggregate as differentially_private
 from ._privacy import dpsgd as dpsgd
 from ._hutchinson import HutchinsonState as HutchinsonState
 from ._hutchinson import hutchinson_estimator_diag_hessian as hutchinson_estimator_diag_hessian
+from ._galore import GaLoreDimensionNumbers as GaLoreDimensionNumbers
+from ._galore import GaLoreState as GaLoreState
+from ._galore import galore as galore
+from ._galore import scale_by_galore as scale_by_galore

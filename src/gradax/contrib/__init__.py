@@ -40,6 +40,8 @@ from ._normalize import NormalizeState as NormalizeState
 from ._normalize import normalize as normalize
 from ._complex import SplitRealAndImaginaryState as SplitRealAndImaginaryState
 from ._complex import split_real_and_imaginary as split_real_and_imaginary
+from ._prodigy import ProdigyState as ProdigyState
+from ._prodigy import prodigy as prodigy
 
 # part C
 from ._privacy import DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState

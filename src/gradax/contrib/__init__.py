@@ -53,3 +53,7 @@ from ._galore import GaLoreDimensionNumbers as GaLoreDimensionNumbers
 from ._galore import GaLoreState as GaLoreState
 from ._galore import galore as galore
 from ._galore import scale_by_galore as scale_by_galore
+
+# part B2
+from ._reduce_on_plateau import ReduceLROnPlateauState as ReduceLROnPlateauState
+from ._reduce_on_plateau import reduce_on_plateau as reduce_on_plateau

@@ -1,0 +1,18 @@
+"""Registry entries for gradax.contrib, part B2 (reduce_on_plateau, sam, mechanize, momo, momo_adam)."""
+
+import jax.numpy as jnp
+
+from . import Entry
+
+
+def _value(params, grads, lib):
+    return {"value": jnp.asarray(1.0)}
+
+
+ENTRIES = [
+    Entry("contrib.reduce_on_plateau", {"patience": 2, "factor": 0.5}, extra_args=_value),
+]
+
+COVERED = {
+    "contrib.ReduceLROnPlateauState": "tests/contrib/test_reduce_on_plateau.py",
+}

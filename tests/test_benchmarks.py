@@ -1,0 +1,39 @@
+"""The benchmark suite runs end to end at ``--size tiny`` and produces its table (timings never gate tests)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import run
+
+
+def test_tiny_suite_runs_and_writes_table(tmp_path):
+    out = tmp_path / "results.json"
+    md = tmp_path / "table.md"
+    result = run.main(["--size", "tiny", "--repeats", "1", "--out", str(out), "--md", str(md)])
+
+    saved = json.loads(out.read_text())
+    assert saved["size"] == "tiny"
+    step_workloads = [name for name, r in saved["workloads"].items() if r["kind"] == "step"]
+    assert set(step_workloads) == set(run.BYTES_PER_PARAM)
+    for name in step_workloads:
+        r = saved["workloads"][name]
+        assert {"gradax", "optax"} <= set(r["step_s"]) and r["step_s"]["gradax"]["median"] > 0
+        assert r["compile_s"]["gradax"] > 0 and r["compile_s"]["optax"] > 0
+    assert set(saved["workloads"]["compile_clip_adamw"]["compile_s"]) == {str(n) for n in run.SIZES["tiny"]["compile"]}
+    lbfgs = saved["workloads"]["lbfgs_rosenbrock"]["results"]
+    for res in lbfgs.values():  # every solver reached the Rosenbrock minimum (f = 0 at x = 1)
+        assert all(v["final_f"] < 1e-6 for v in res.values())
+
+    table = md.read_text()
+    assert table == result["markdown"]
+    assert "| gradax/optax | gradax/torch | % copy BW" in table
+    for name in step_workloads:
+        assert f"| {name} (" in table
+    assert saved["copy_bandwidth"]["jax_add_GBps"] > 0
+
+
+def test_gpt2_full_shape_is_gpt2_small():
+    shapes = run.gpt2_shapes(*run.SIZES["full"]["gpt"])
+    assert len(shapes) == 148
+    assert 124e6 < run.n_params(shapes) < 125e6

@@ -57,3 +57,5 @@ from ._galore import scale_by_galore as scale_by_galore
 # part B2
 from ._reduce_on_plateau import ReduceLROnPlateauState as ReduceLROnPlateauState
 from ._reduce_on_plateau import reduce_on_plateau as reduce_on_plateau
+from ._sam import SAMState as SAMState
+from ._sam import sam as sam

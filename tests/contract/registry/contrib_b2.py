@@ -16,3 +16,12 @@ ENTRIES = [
 COVERED = {
     "contrib.ReduceLROnPlateauState": "tests/contrib/test_reduce_on_plateau.py",
 }
+
+ENTRIES += [
+    Entry(
+        "contrib.sam",
+        make=lambda ox: ox.contrib.sam(ox.adam(1e-2), ox.chain(ox.contrib.normalize(), ox.adam(0.05))),
+        needs_params=True,
+    ),
+]
+COVERED["contrib.SAMState"] = "tests/contrib/test_sam.py"

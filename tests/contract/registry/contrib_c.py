@@ -61,3 +61,32 @@ ENTRIES += [
 ]
 
 COVERED["contrib.HutchinsonState"] = "tests/contrib/test_hutchinson.py"
+
+# GaLore: rtol 1e-4 for the SVD-based projectors (tests/contrib/test_galore.py)
+_GALORE_ORACLE = {
+    "oracle": "Optax 0.2.8 galore raises AttributeError on the None leaves of the battery trees; compared with Optax in "
+    "tests/contrib/test_galore.py"
+}
+ENTRIES += [
+    Entry("contrib.scale_by_galore", {"rank": 1, "update_proj_gap": 2}, rtol=1e-4, atol=1e-5, skip=_GALORE_ORACLE),
+    Entry(
+        "contrib.galore",
+        {"learning_rate": 1e-2, "rank": 1, "weight_decay": 1e-3},
+        needs_params=True,
+        rtol=1e-4,
+        atol=1e-5,
+        skip=_GALORE_ORACLE,
+    ),
+    Entry(
+        "contrib.galore",
+        make=lambda ox: ox.contrib.galore(_SCHED, rank=2),
+        needs_params=True,
+        rtol=1e-4,
+        atol=1e-5,
+        skip=_GALORE_ORACLE,
+        inject=False,
+    ),
+]
+
+COVERED["contrib.GaLoreState"] = "tests/contrib/test_galore.py"
+COVERED["contrib.GaLoreDimensionNumbers"] = "tests/contrib/test_galore.py"

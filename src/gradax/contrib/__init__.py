@@ -59,3 +59,5 @@ from ._reduce_on_plateau import ReduceLROnPlateauState as ReduceLROnPlateauState
 from ._reduce_on_plateau import reduce_on_plateau as reduce_on_plateau
 from ._sam import SAMState as SAMState
 from ._sam import sam as sam
+from ._mechanic import MechanicState as MechanicState
+from ._mechanic import mechanize as mechanize

@@ -20,8 +20,32 @@ ENTRIES = [
     ),
 ]
 
+
+def _sophia_obj_fn(params, grads, lib):
+    """Sophia's default Hutchinson estimator needs obj_fn: a quadratic of every leaf (float32 inside)."""
+    import jax
+    import jax.numpy as jnp
+
+    return {
+        "obj_fn": lambda p: 0.5 * sum((jnp.sum(x.astype(jnp.float32) ** 2) for x in jax.tree.leaves(p)), jnp.float32(0))
+    }
+
+
+# Sophia: the same key in both libraries gives the same Rademacher probes (tests/contrib/test_sophia.py)
+ENTRIES += [
+    Entry(
+        "contrib.sophia",
+        {"learning_rate": 1e-2, "update_interval": 2},
+        needs_params=True,
+        extra_args=_sophia_obj_fn,
+        rtol=1e-4,
+        atol=1e-5,
+    ),
+]
+
 COVERED = {
     "contrib.NormalizeState": "tests/contrib/test_normalize.py",
     "contrib.SplitRealAndImaginaryState": "tests/contrib/test_complex.py",
     "contrib.ProdigyState": "tests/contrib/test_prodigy.py",
+    "contrib.SophiaState": "tests/contrib/test_sophia.py",
 }

@@ -42,6 +42,8 @@ from ._complex import SplitRealAndImaginaryState as SplitRealAndImaginaryState
 from ._complex import split_real_and_imaginary as split_real_and_imaginary
 from ._prodigy import ProdigyState as ProdigyState
 from ._prodigy import prodigy as prodigy
+from ._sophia import SophiaState as SophiaState
+from ._sophia import sophia as sophia
 
 # part C
 from ._privacy import DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState

@@ -30,3 +30,8 @@ ENTRIES += [
     Entry("contrib.mechanize", make=lambda ox: ox.contrib.mechanize(ox.adam(1e-2)), needs_params=True, rtol=1e-4),
 ]
 COVERED["contrib.MechanicState"] = "tests/contrib/test_mechanic.py"
+
+ENTRIES += [
+    Entry("contrib.momo", {"learning_rate": 0.5}, needs_params=True, extra_args=_value),
+]
+COVERED["contrib.MomoState"] = "tests/contrib/test_momo.py"

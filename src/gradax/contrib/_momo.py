@@ -1,0 +1,163 @@
+"""MoMo: SGD-momentum and Adam with a Polyak-type step size built from a model of the loss."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
+from .._checks import check_decay, check_needs, check_non_negative
+from .._hyperparams import as_value, hyperparam_dtype, value_at
+from .._maps import map_n
+from .._numerics import compute_dtype, safe_int32_increment
+
+
+class MomoState(NamedTuple):
+    """State of :func:`momo`: momentum, averaged loss, averaged <g, x>, loss lower bound and step count."""
+
+    exp_avg: object
+    barf: jax.Array
+    gamma: jax.Array
+    lb: jax.Array
+    count: jax.Array
+
+
+class MomoAdamState(NamedTuple):
+    """State of :func:`momo_adam`: both Adam moments, averaged loss, averaged <g, x>, lower bound and count."""
+
+    exp_avg: object
+    exp_avg_sq: object
+    barf: jax.Array
+    gamma: jax.Array
+    lb: jax.Array
+    count: jax.Array
+
+
+def _zeros(params):
+    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), compute_dtype(p.dtype)), params)
+
+
+def _tree_sum(tree) -> jax.Array:
+    leaves = jax.tree.leaves(tree)
+    return sum((jnp.sum(x) for x in leaves), jnp.zeros([], hyperparam_dtype()))
+
+
+def _scalar(x) -> jax.Array:
+    return jnp.asarray(as_value(x))
+
+
+def _step_size(lr, wd, barf, gamma, d_dot_x, d_norm_sq, lb, adapt, lower_bound):
+    """tau = min(lr, max((1 + lr wd)(barf - gamma - lb) + <d, x>, 0) / ||d||^2) and the next lower bound."""
+    shrink = 1.0 + lr * wd
+    h = barf + d_dot_x - gamma
+    if adapt:
+        lb = jnp.where(h < lb, 0.5 * h, lb)
+        lb = jnp.maximum(lb, lower_bound)
+    numerator = jnp.maximum(shrink * (barf - gamma - lb) + d_dot_x, 0.0)
+    safe_norm = jnp.where(d_norm_sq > 0, d_norm_sq, 1.0)
+    tau = jnp.minimum(lr, jnp.where(d_norm_sq > 0, numerator / safe_norm, 0.0))
+    new_lb = jnp.maximum(h - 0.5 * tau * d_norm_sq, lower_bound) if adapt else lb
+    return tau, shrink, new_lb
+
+
+def momo(
+    learning_rate: ScalarOrSchedule = 1.0,
+    beta: ArrayLike = 0.9,
+    lower_bound: ArrayLike = 0.0,
+    weight_decay: ArrayLike = 0.0,
+    adapt_lower_bound: bool = False,
+) -> GradientTransformationExtraArgs:
+    r"""MoMo: SGD with momentum whose step size is capped by a Polyak step on a momentum model of the loss.
+
+    With loss value :math:`f_t` at parameters :math:`x_t` and gradient :math:`g_t` (the first step uses
+    :math:`\beta = 0`):
+
+    .. math::
+      d_t = \beta d_{t-1} + (1-\beta) g_t, \quad \bar f_t = \beta \bar f_{t-1} + (1-\beta) f_t, \quad
+      \gamma_t = \beta \gamma_{t-1} + (1-\beta)\langle g_t, x_t\rangle, \\
+      \tau_t = \min\Big(\eta_t, \frac{\big[(1+\eta_t\lambda)(\bar f_t - \gamma_t - f_*) + \langle d_t, x_t\rangle\big]_+}
+      {\lVert d_t\rVert^2}\Big), \quad
+      x_{t+1} = \frac{x_t}{1+\eta_t\lambda} - \tau_t d_t .
+
+    :math:`f_*` is ``lower_bound``; with ``adapt_lower_bound`` it is re-estimated every step as
+    :math:`\max(f_*^0, h_t - \tfrac12 \tau_t \lVert d_t\rVert^2)` with :math:`h_t = \bar f_t + \langle d_t, x_t\rangle
+    - \gamma_t` (a stored bound above :math:`h_t` is first reset to :math:`h_t/2`). ``update`` needs ``params``
+    and the loss ``value`` (keyword).
+
+    Args:
+      learning_rate: :math:`\eta > 0`, the largest step size; a number, an array or a schedule of the step count.
+      beta: :math:`\beta \in [0, 1)`, averaging coefficient of the momentum model.
+      lower_bound: :math:`f_*`, a lower bound of the loss (0 for most losses).
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay.
+      adapt_lower_bound: estimate the lower bound online (MoMo*).
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs` with state ``MomoState``.
+
+    Example:
+      >>> import gradax, jax, jax.numpy as jnp
+      >>> f = lambda x: jnp.sum(x**2)
+      >>> opt = gradax.contrib.momo()
+      >>> x = jnp.array([1.0, 2.0, 3.0])
+      >>> state = opt.init(x)
+      >>> value, grad = jax.value_and_grad(f)(x)
+      >>> updates, state = opt.update(grad, state, x, value=value)
+      >>> f(gradax.apply_updates(x, updates))
+      Array(3.5, dtype=float32)
+
+    References:
+      Schaipp, Ohana, Eickenberg, Defazio, Gower, 2023, "MoMo: Momentum Models for Adaptive Learning Rates"
+      (arXiv:2305.07583).
+    """
+    api = "momo"
+    check_decay(api, "beta", beta)
+    check_non_negative(api, "weight_decay", weight_decay)
+
+    def init(params):
+        zero = jnp.zeros([], hyperparam_dtype())
+        return MomoState(
+            exp_avg=_zeros(params),
+            barf=zero,
+            gamma=zero,
+            lb=jnp.asarray(as_value(lower_bound), hyperparam_dtype()),
+            count=jnp.zeros([], jnp.int32),
+        )
+
+    def update(updates, state, params=None, *, value=None, **extra):
+        del extra
+        check_needs(api, "params", params)
+        check_needs(api, "value", value)
+        lr = value_at(learning_rate, state.count)
+        wd, lb0 = _scalar(weight_decay), _scalar(lower_bound)
+        b = jnp.where(state.count == 0, 0.0, _scalar(beta))
+
+        def moments(g, d, x):
+            gc, xc = g.astype(compute_dtype(g.dtype)), x.astype(compute_dtype(x.dtype))
+            d_new = b * d + (1 - b) * gc
+            return d_new.astype(d.dtype), jnp.sum(gc * xc), jnp.sum(d_new * xc), jnp.sum(d_new * d_new)
+
+        exp_avg, gx, dx, dd = map_n(4, moments, updates, state.exp_avg, params)
+        barf = b * state.barf + (1 - b) * jnp.asarray(value, hyperparam_dtype())
+        gamma = b * state.gamma + (1 - b) * _tree_sum(gx)
+        tau, shrink, lb = _step_size(
+            lr, wd, barf, gamma, _tree_sum(dx), _tree_sum(dd), state.lb, adapt_lower_bound, lb0
+        )
+
+        def step(g, d, x):
+            xc = x.astype(compute_dtype(x.dtype))
+            return (xc / shrink - xc - tau * d).astype(g.dtype)
+
+        out = jax.tree.map(step, updates, exp_avg, params)
+        new_state = MomoState(
+            exp_avg=exp_avg,
+            barf=barf,
+            gamma=gamma,
+            lb=jnp.asarray(lb, state.lb.dtype),
+            count=safe_int32_increment(state.count),
+        )
+        return out, new_state
+
+    return GradientTransformationExtraArgs(init, update)

@@ -63,3 +63,7 @@ from ._sam import SAMState as SAMState
 from ._sam import sam as sam
 from ._mechanic import MechanicState as MechanicState
 from ._mechanic import mechanize as mechanize
+
+# part B4
+from ._momo import MomoState as MomoState
+from ._momo import momo as momo

@@ -9,7 +9,7 @@ ENTRIES = [
     # ACProp: Optax 0.2.8 uses g - m_{t-1} in the residual (docs/differences.md); checked in tests/contrib/test_acprop.py
     Entry("contrib.scale_by_acprop", {"b1": 0.9, "b2": 0.999}, oracle=False),
     Entry("contrib.acprop", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True, oracle=False),
-    Entry("contrib.acprop", make=lambda ox: ox.contrib.acprop(_SCHED), oracle=False, inject=False),
+    Entry("contrib.acprop", make=lambda ox: ox.contrib.acprop(_SCHED), needs_params=True, oracle=False, inject=False),
     Entry("contrib.scale_by_adopt", {"b1": 0.9, "b2": 0.999}),
     Entry("contrib.adopt", {"learning_rate": 1e-2}),
     Entry("contrib.adopt", make=lambda ox: ox.contrib.adopt(_SCHED, nesterov=True), inject=False),
@@ -18,7 +18,9 @@ ENTRIES = [
     Entry("contrib.madgrad", make=lambda ox: ox.contrib.madgrad(_SCHED), needs_params=True, inject=False),
     Entry("contrib.scale_by_ademamix", {"b3": 0.99, "alpha": 2.0}),
     Entry("contrib.ademamix", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True),
-    Entry("contrib.ademamix", make=lambda ox: ox.contrib.ademamix(_SCHED, b3=_SCHED), inject=False),
+    Entry(
+        "contrib.ademamix", make=lambda ox: ox.contrib.ademamix(_SCHED, b3=_SCHED), needs_params=True, inject=False
+    ),
     Entry("contrib.scale_by_simplified_ademamix", {"alpha": 1.0}),
     Entry("contrib.simplified_ademamix", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True),
     Entry("contrib.scale_by_cocob", {"alpha": 100.0}, needs_params=True),

@@ -59,3 +59,35 @@ def test_converges_with_schedule():
         u, state = step(x, state)
         x = x + u
     assert float(_loss(x)) < 0.11
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"learning_rate": 0.3, "weight_decay": 0.1, "lower_bound": 0.05},
+        {"learning_rate": 0.3, "b1": 0.8, "b2": 0.99, "lower_bound": 0.05, "adapt_lower_bound": True},
+        {"learning_rate": 1.0, "lower_bound": 0.1},
+    ],
+)
+def test_momo_adam_matches_optax(kw):
+    ug, sg = _run(gradax.contrib.momo_adam(**kw))
+    uo, so = _run(optax.contrib.momo_adam(**kw))
+    np.testing.assert_allclose(ug, uo, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sg.lb, so.lb, rtol=1e-5)
+    assert sg._fields == so._fields == ("exp_avg", "exp_avg_sq", "barf", "gamma", "lb", "count")
+
+
+def test_momo_adam_missing_value():
+    tx = gradax.contrib.momo_adam()
+    with pytest.raises(ValueError, match=r"momo_adam: update\(...\) needs `value`"):
+        tx.update(jnp.ones(2), tx.init(jnp.zeros(2)), jnp.zeros(2))
+    with pytest.raises(ValueError, match=r"momo_adam: update\(...\) needs `params`"):
+        tx.update(jnp.ones(2), tx.init(jnp.zeros(2)), value=1.0)
+
+
+def test_momo_adam_schedule():
+    sched = lambda c: 0.1 / (1.0 + c)  # noqa: E731
+    ug, _ = _run(gradax.contrib.momo_adam(learning_rate=sched))
+    uo, _ = _run(optax.contrib.momo_adam(learning_rate=sched))
+    np.testing.assert_allclose(ug, uo, rtol=1e-4, atol=1e-5)

@@ -67,3 +67,5 @@ from ._mechanic import mechanize as mechanize
 # part B4
 from ._momo import MomoState as MomoState
 from ._momo import momo as momo
+from ._momo import MomoAdamState as MomoAdamState
+from ._momo import momo_adam as momo_adam

@@ -67,7 +67,7 @@ def momo(
     learning_rate: ScalarOrSchedule = 1.0,
     beta: ArrayLike = 0.9,
     lower_bound: ArrayLike = 0.0,
-    weight_decay: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
     adapt_lower_bound: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""MoMo: SGD with momentum whose step size is capped by a Polyak step on a momentum model of the loss.
@@ -91,7 +91,7 @@ def momo(
       learning_rate: :math:`\eta > 0`, the largest step size; a number, an array or a schedule of the step count.
       beta: :math:`\beta \in [0, 1)`, averaging coefficient of the momentum model.
       lower_bound: :math:`f_*`, a lower bound of the loss (0 for most losses).
-      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay; a number or a schedule of the step count.
       adapt_lower_bound: estimate the lower bound online (MoMo*).
 
     Returns:
@@ -131,7 +131,7 @@ def momo(
         check_needs(api, "params", params)
         check_needs(api, "value", value)
         lr = value_at(learning_rate, state.count)
-        wd, lb0 = _scalar(weight_decay), _scalar(lower_bound)
+        wd, lb0 = value_at(weight_decay, state.count), _scalar(lower_bound)
         b = jnp.where(state.count == 0, 0.0, _scalar(beta))
 
         def moments(g, d, x):
@@ -157,6 +157,129 @@ def momo(
             gamma=gamma,
             lb=jnp.asarray(lb, state.lb.dtype),
             count=safe_int32_increment(state.count),
+        )
+        return out, new_state
+
+    return GradientTransformationExtraArgs(init, update)
+
+
+def momo_adam(
+    learning_rate: ScalarOrSchedule = 0.01,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    lower_bound: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
+    adapt_lower_bound: bool = False,
+) -> GradientTransformationExtraArgs:
+    r"""MoMo-Adam: Adam whose step size is capped by a Polyak step on a momentum model of the loss.
+
+    With loss value :math:`f_t` at parameters :math:`x_t`, gradient :math:`g_t` and step :math:`t \ge 1`, the
+    averages are bias-corrected by :math:`\rho_t = 1 - \beta_1^t` (:math:`\hat d_t = d_t/\rho_t`, and likewise
+    :math:`\hat f_t`, :math:`\hat\gamma_t`):
+
+    .. math::
+      d_t = \beta_1 d_{t-1} + (1-\beta_1) g_t, \quad v_t = \beta_2 v_{t-1} + (1-\beta_2) g_t^2, \quad
+      D_t = \epsilon + \sqrt{v_t / (1-\beta_2^t)}, \\
+      \bar f_t = \beta_1 \bar f_{t-1} + (1-\beta_1) f_t, \quad
+      \gamma_t = \beta_1 \gamma_{t-1} + (1-\beta_1)\langle g_t, x_t\rangle, \\
+      \tau_t = \min\Big(\eta_t, \frac{\big[(1+\eta_t\lambda)(\hat f_t - \hat\gamma_t - f_*)
+      + \langle \hat d_t, x_t\rangle\big]_+}{\langle \hat d_t, \hat d_t / D_t\rangle}\Big), \quad
+      x_{t+1} = \frac{x_t}{1+\eta_t\lambda} - \tau_t \hat d_t / D_t .
+
+    :math:`f_*` is ``lower_bound``; with ``adapt_lower_bound`` it is re-estimated every step as
+    :math:`\max(f_*^0, h_t - \tfrac12 \tau_t \langle \hat d_t, \hat d_t / D_t\rangle)` with
+    :math:`h_t = \hat f_t + \langle \hat d_t, x_t\rangle - \hat\gamma_t` (a stored bound above :math:`h_t` is
+    first reset to :math:`h_t/2`). ``update`` needs ``params`` and the loss ``value`` (keyword).
+
+    Args:
+      learning_rate: :math:`\eta > 0`, the largest step size; a number, an array or a schedule of the step count.
+      b1: :math:`\beta_1 \in [0, 1)`, averaging coefficient of the gradient and of the loss model.
+      b2: :math:`\beta_2 \in [0, 1)`, averaging coefficient of the squared gradient.
+      eps: :math:`\epsilon`, added to the preconditioner :math:`D_t`.
+      lower_bound: :math:`f_*`, a lower bound of the loss (0 for most losses).
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay; a number or a schedule of the step count.
+      adapt_lower_bound: estimate the lower bound online (MoMo-Adam*).
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs` with state ``MomoAdamState``.
+
+    Example:
+      >>> import gradax, jax, jax.numpy as jnp
+      >>> f = lambda x: jnp.sum(x**2)
+      >>> opt = gradax.contrib.momo_adam(learning_rate=0.1)
+      >>> x = jnp.array([1.0, 2.0, 3.0])
+      >>> state = opt.init(x)
+      >>> value, grad = jax.value_and_grad(f)(x)
+      >>> updates, state = opt.update(grad, state, x, value=value)
+      >>> f(gradax.apply_updates(x, updates))
+      Array(12.830001, dtype=float32)
+
+    References:
+      Schaipp, Ohana, Eickenberg, Defazio, Gower, 2023, "MoMo: Momentum Models for Adaptive Learning Rates"
+      (arXiv:2305.07583).
+    """
+    api = "momo_adam"
+    check_decay(api, "b1", b1)
+    check_decay(api, "b2", b2)
+    check_non_negative(api, "weight_decay", weight_decay)
+
+    def init(params):
+        zero = jnp.zeros([], hyperparam_dtype())
+        return MomoAdamState(
+            exp_avg=_zeros(params),
+            exp_avg_sq=_zeros(params),
+            barf=zero,
+            gamma=zero,
+            lb=jnp.asarray(as_value(lower_bound), hyperparam_dtype()),
+            count=jnp.zeros([], jnp.int32),
+        )
+
+    def update(updates, state, params=None, *, value=None, **extra):
+        del extra
+        check_needs(api, "params", params)
+        check_needs(api, "value", value)
+        lr = value_at(learning_rate, state.count)
+        wd, lb0 = value_at(weight_decay, state.count), _scalar(lower_bound)
+        beta1, beta2, e = _scalar(b1), _scalar(b2), _scalar(eps)
+        count = safe_int32_increment(state.count)
+        t = count.astype(hyperparam_dtype())
+        rho = 1.0 - beta1**t
+        bc2 = 1.0 - beta2**t
+
+        def moments(g, d, v, x):
+            gc, xc = g.astype(compute_dtype(g.dtype)), x.astype(compute_dtype(x.dtype))
+            d_new = beta1 * d + (1 - beta1) * gc
+            v_new = beta2 * v + (1 - beta2) * gc * gc
+            dhat_over_D = d_new / rho / (e + jnp.sqrt(v_new / bc2))
+            return (
+                d_new.astype(d.dtype),
+                v_new.astype(v.dtype),
+                dhat_over_D,
+                jnp.sum(gc * xc),
+                jnp.sum(d_new * xc) / rho,
+                jnp.sum(d_new * dhat_over_D) / rho,
+            )
+
+        exp_avg, exp_avg_sq, direction, gx, dx, dd = map_n(6, moments, updates, state.exp_avg, state.exp_avg_sq, params)
+        barf = beta1 * state.barf + (1 - beta1) * jnp.asarray(value, hyperparam_dtype())
+        gamma = beta1 * state.gamma + (1 - beta1) * _tree_sum(gx)
+        tau, shrink, lb = _step_size(
+            lr, wd, barf / rho, gamma / rho, _tree_sum(dx), _tree_sum(dd), state.lb, adapt_lower_bound, lb0
+        )
+
+        def step(g, p, x):
+            xc = x.astype(compute_dtype(x.dtype))
+            return (xc / shrink - xc - tau * p).astype(g.dtype)
+
+        out = jax.tree.map(step, updates, direction, params)
+        new_state = MomoAdamState(
+            exp_avg=exp_avg,
+            exp_avg_sq=exp_avg_sq,
+            barf=barf,
+            gamma=gamma,
+            lb=jnp.asarray(lb, state.lb.dtype),
+            count=count,
         )
         return out, new_state
 

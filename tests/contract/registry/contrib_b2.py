@@ -35,3 +35,8 @@ ENTRIES += [
     Entry("contrib.momo", {"learning_rate": 0.5}, needs_params=True, extra_args=_value),
 ]
 COVERED["contrib.MomoState"] = "tests/contrib/test_momo.py"
+
+ENTRIES += [
+    Entry("contrib.momo_adam", {"learning_rate": 0.1}, needs_params=True, extra_args=_value),
+]
+COVERED["contrib.MomoAdamState"] = "tests/contrib/test_momo.py"

@@ -14,7 +14,8 @@ _SCRIPT = """
 import importlib, pkgutil, sys
 import gradax
 for info in pkgutil.walk_packages(gradax.__path__, "gradax."):
-    importlib.import_module(info.name)
+    if info.name.rsplit(".", 1)[-1] != "__main__":  # a __main__ module runs its program when imported
+        importlib.import_module(info.name)
 leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("optax", "chex"))
 print("LEAKED:" + ",".join(leaked))
 """

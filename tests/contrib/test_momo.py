@@ -31,7 +31,7 @@ def _run(tx, steps=8):
     "kw",
     [
         {},
-        {"learning_rate": 0.3, "beta": 0.8, "lower_bound": 0.1, "weight_decay": 0.1},
+        {"learning_rate": 0.3, "beta": 0.8, "lower_bound": 0.1},
         {"learning_rate": 0.3, "beta": 0.8, "lower_bound": 0.05, "adapt_lower_bound": True},
     ],
 )
@@ -65,7 +65,7 @@ def test_converges_with_schedule():
     "kw",
     [
         {},
-        {"learning_rate": 0.3, "weight_decay": 0.1, "lower_bound": 0.05},
+        {"learning_rate": 0.3, "lower_bound": 0.05},
         {"learning_rate": 0.3, "b1": 0.8, "b2": 0.99, "lower_bound": 0.05, "adapt_lower_bound": True},
         {"learning_rate": 1.0, "lower_bound": 0.1},
     ],
@@ -91,3 +91,91 @@ def test_momo_adam_schedule():
     ug, _ = _run(gradax.contrib.momo_adam(learning_rate=sched))
     uo, _ = _run(optax.contrib.momo_adam(learning_rate=sched))
     np.testing.assert_allclose(ug, uo, rtol=1e-4, atol=1e-5)
+
+
+# --- weight decay and the online lower bound: gradax follows the paper (docs/differences.md, "contrib.momo") ---
+
+_X0 = np.array([1.0, -2.0, 0.5])
+_A64 = np.asarray(A, np.float64)
+
+
+def _reference(adam, kw, steps, proximal):
+    """Float64 MoMo / MoMo-Adam on ``_loss``. ``proximal``: x+ = (x - tau p)/(1 + lr wd) (paper, Lemma 3.1; the
+    authors' code); else x+ = x/(1 + lr wd) - tau p (Optax 0.2.8). Step size and lower-bound rules are the paper's."""
+    lr, wd, lb0 = kw["learning_rate"], kw.get("weight_decay", 0.0), kw.get("lower_bound", 0.0)
+    b1, b2, eps = (kw.get("b1", 0.9), kw.get("b2", 0.999), kw.get("eps", 1e-8)) if adam else (kw["beta"], 0.0, 0.0)
+    x, d, v, barf, gamma, lb = _X0.copy(), np.zeros(3), np.zeros(3), 0.0, 0.0, lb0
+    updates, lbs = [], []
+    for k in range(steps):
+        f, g = 0.5 * np.sum(_A64 * x**2) + 0.1, _A64 * x
+        b = b1 if (adam or k > 0) else 0.0
+        d, barf, gamma = b * d + (1 - b) * g, b * barf + (1 - b) * f, b * gamma + (1 - b) * (g @ x)
+        if adam:
+            v = b2 * v + (1 - b2) * g * g
+            rho, precond = 1 - b1 ** (k + 1), eps + np.sqrt(v / (1 - b2 ** (k + 1)))
+        else:
+            rho, precond = 1.0, 1.0
+        fh, gh, p = barf / rho, gamma / rho, d / rho / precond
+        s, dx, nn = 1 + lr * wd, (d / rho) @ x, (d / rho) @ p
+        if kw.get("adapt_lower_bound") and s * (fh - gh) + dx < s * lb:
+            lb = max((s * (fh - gh) + dx) / (2 * s), lb0)
+        tau = min(lr, max(s * (fh - gh - lb) + dx, 0.0) / nn)
+        if kw.get("adapt_lower_bound"):
+            lb = max(fh + dx - gh - 0.5 * tau * nn, lb0)
+        x_new = (x - tau * p) / s if proximal else x / s - tau * p
+        updates.append(x_new - x)
+        lbs.append(lb)
+        x = x_new
+    return np.array(updates), np.array(lbs)
+
+
+_WD_CASES = [
+    ("momo", {"learning_rate": 0.3, "beta": 0.8, "lower_bound": 0.05, "weight_decay": 0.1, "adapt_lower_bound": True}),
+    ("momo", {"learning_rate": 1.0, "beta": 0.9, "lower_bound": 0.0, "weight_decay": 0.05, "adapt_lower_bound": True}),
+    ("momo", {"learning_rate": 0.3, "beta": 0.8, "lower_bound": 0.1, "weight_decay": 0.1}),
+    (
+        "momo_adam",
+        {
+            "learning_rate": 0.3,
+            "b1": 0.8,
+            "b2": 0.99,
+            "lower_bound": 0.05,
+            "weight_decay": 0.1,
+            "adapt_lower_bound": True,
+        },
+    ),
+    ("momo_adam", {"learning_rate": 0.1, "b2": 0.99, "weight_decay": 0.5, "adapt_lower_bound": True}),
+    ("momo_adam", {"learning_rate": 0.3, "weight_decay": 0.1, "lower_bound": 0.05}),
+]
+
+
+@pytest.mark.parametrize(("name", "kw"), _WD_CASES)
+def test_weight_decay_follows_the_paper_and_optax_differs_only_in_the_last_step(name, kw):
+    steps = 12
+    adam = name == "momo_adam"
+    ug, sg = _run(getattr(gradax.contrib, name)(**kw), steps)
+    ref_u, ref_lb = _reference(adam, kw, steps, proximal=True)
+    np.testing.assert_allclose(ug, ref_u, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sg.lb, ref_lb[-1], rtol=1e-5, atol=1e-6)
+    # Optax 0.2.8: same step size, same lower-bound reset and estimate, but x/(1 + lr wd) - tau p.
+    uo, so = _run(getattr(optax.contrib, name)(**kw), steps)
+    opt_u, opt_lb = _reference(adam, kw, steps, proximal=False)
+    # Optax's float32 Adam path (un-corrected sums, cancelling Polyak numerator) drifts up to ~2e-4 from float64
+    rtol = 5e-4 if adam else 1e-5
+    np.testing.assert_allclose(uo, opt_u, rtol=rtol, atol=1e-6)
+    np.testing.assert_allclose(so.lb, opt_lb[-1], rtol=rtol, atol=1e-6)
+    # after one step (same x_0) the lower bounds agree with Optax
+    _, s1g = _run(getattr(gradax.contrib, name)(**kw), 1)
+    _, s1o = _run(getattr(optax.contrib, name)(**kw), 1)
+    np.testing.assert_allclose(s1g.lb, s1o.lb, rtol=1e-6)
+
+
+def test_weight_decay_one_step_closed_form():
+    """f = ||x||^2 from [1, 2, 3], lr 1, wd 0.1: tau = 0.225, x+ = (x - tau 2x)/1.1 = x/2 (Optax 0.2.8: 0.4591 x)."""
+    f = lambda x: jnp.sum(x**2)  # noqa: E731
+    x = jnp.array([1.0, 2.0, 3.0])
+    for lib, factor in ((gradax, 0.5), (optax, 1 / 1.1 - 0.45)):
+        tx = lib.contrib.momo(learning_rate=1.0, weight_decay=0.1)
+        v, g = jax.value_and_grad(f)(x)
+        u, _ = tx.update(g, tx.init(x), x, value=v)
+        np.testing.assert_allclose(x + u, factor * x, rtol=1e-6)

@@ -45,22 +45,68 @@ def _tree_sum(tree) -> jax.Array:
     return sum((jnp.sum(x) for x in leaves), jnp.zeros([], hyperparam_dtype()))
 
 
+def _init(state_cls, n_moments, lower_bound):
+    """``init`` of momo (one moment tree) and momo_adam (two): zero moments and averages, lb = lower_bound."""
+
+    def init(params):
+        zero = jnp.zeros([], hyperparam_dtype())
+        moments = [_zeros(params) for _ in range(n_moments)]
+        lb = jnp.asarray(as_value(lower_bound), hyperparam_dtype())
+        return state_cls(*moments, zero, zero, lb, jnp.zeros([], jnp.int32))
+
+    return init
+
+
 def _scalar(x) -> jax.Array:
     return jnp.asarray(as_value(x))
 
 
-def _step_size(lr, wd, barf, gamma, d_dot_x, d_norm_sq, lb, adapt, lower_bound):
-    """tau = min(lr, max((1 + lr wd)(barf - gamma - lb) + <d, x>, 0) / ||d||^2) and the next lower bound."""
+def _step_size(lr, wd, fbar, gamma, d_dot_x, d_norm_sq, lb, adapt, lower_bound):
+    """Step size of the truncated momentum model, its shrink factor and the next lower bound.
+
+    ``fbar``, ``gamma``, ``d_dot_x`` and ``d_norm_sq`` are the (bias-corrected) model terms. With ``adapt``, a stored
+    bound at which the model's Polyak numerator ``(1 + lr wd)(fbar - gamma - lb) + <d, x>`` would be negative is first
+    reset to half the level where that numerator vanishes.
+    """
     shrink = 1.0 + lr * wd
-    h = barf + d_dot_x - gamma
     if adapt:
-        lb = jnp.where(h < lb, 0.5 * h, lb)
-        lb = jnp.maximum(lb, lower_bound)
-    numerator = jnp.maximum(shrink * (barf - gamma - lb) + d_dot_x, 0.0)
+        cap = shrink * (fbar - gamma) + d_dot_x
+        lb = jnp.where(cap < shrink * lb, jnp.maximum(cap / (2.0 * shrink), lower_bound), lb)
+    numerator = jnp.maximum(shrink * (fbar - gamma - lb) + d_dot_x, 0.0)
     safe_norm = jnp.where(d_norm_sq > 0, d_norm_sq, 1.0)
     tau = jnp.minimum(lr, jnp.where(d_norm_sq > 0, numerator / safe_norm, 0.0))
-    new_lb = jnp.maximum(h - 0.5 * tau * d_norm_sq, lower_bound) if adapt else lb
-    return tau, shrink, new_lb
+    if adapt:
+        lb = jnp.maximum(fbar + d_dot_x - gamma - 0.5 * tau * d_norm_sq, lower_bound)
+    return tau, shrink, lb
+
+
+def _hyperparams(api, learning_rate, weight_decay, lower_bound, state, params, value):
+    """Checks the extra arguments of ``update`` and resolves lr, weight decay and the initial lower bound."""
+    check_needs(api, "params", params)
+    check_needs(api, "value", value)
+    return value_at(learning_rate, state.count), value_at(weight_decay, state.count), _scalar(lower_bound)
+
+
+def _model_step(hp, adapt, b, rho, state, value, sums, updates, direction, params):
+    """Shared tail of momo and momo_adam: averages the loss model, picks the step size and takes the proximal step.
+
+    ``sums`` holds the per-leaf trees of <g, x>, <d, x> / rho and <d, direction> / rho; ``direction`` is the per-leaf
+    step direction (d_t, or the preconditioned bias-corrected momentum). Returns the updates and the new
+    (barf, gamma, lb).
+    """
+    lr, wd, lb0 = hp
+    gx, dx, dd = sums
+    barf = b * state.barf + (1 - b) * jnp.asarray(value, hyperparam_dtype())
+    gamma = b * state.gamma + (1 - b) * _tree_sum(gx)
+    tau, shrink, lb = _step_size(lr, wd, barf / rho, gamma / rho, _tree_sum(dx), _tree_sum(dd), state.lb, adapt, lb0)
+    decay = lr * wd
+
+    def step(g, p, x):
+        # x_new - x = (x - tau p) / shrink - x, written without the cancellation of x - x
+        return (-(decay * x.astype(compute_dtype(x.dtype)) + tau * p) / shrink).astype(g.dtype)
+
+    out = jax.tree.map(step, updates, direction, params)
+    return out, barf, gamma, jnp.asarray(lb, state.lb.dtype)
 
 
 def momo(
@@ -80,12 +126,14 @@ def momo(
       \gamma_t = \beta \gamma_{t-1} + (1-\beta)\langle g_t, x_t\rangle, \\
       \tau_t = \min\Big(\eta_t, \frac{\big[(1+\eta_t\lambda)(\bar f_t - \gamma_t - f_*) + \langle d_t, x_t\rangle\big]_+}
       {\lVert d_t\rVert^2}\Big), \quad
-      x_{t+1} = \frac{x_t}{1+\eta_t\lambda} - \tau_t d_t .
+      x_{t+1} = \frac{x_t - \tau_t d_t}{1+\eta_t\lambda} .
 
     :math:`f_*` is ``lower_bound``; with ``adapt_lower_bound`` it is re-estimated every step as
     :math:`\max(f_*^0, h_t - \tfrac12 \tau_t \lVert d_t\rVert^2)` with :math:`h_t = \bar f_t + \langle d_t, x_t\rangle
-    - \gamma_t` (a stored bound above :math:`h_t` is first reset to :math:`h_t/2`). ``update`` needs ``params``
-    and the loss ``value`` (keyword).
+    - \gamma_t`; before the step, a stored bound above :math:`c_t = \bar f_t - \gamma_t + \langle d_t, x_t\rangle
+    /(1+\eta_t\lambda)` (where the numerator of :math:`\tau_t` vanishes) is reset to :math:`\max(f_*^0, c_t/2)`.
+    The weight decay step is the paper's proximal one (Optax 0.2.8 applies :math:`x_t/(1+\eta_t\lambda) - \tau_t
+    d_t`; see ``docs/differences.md``). ``update`` needs ``params`` and the loss ``value`` (keyword).
 
     Args:
       learning_rate: :math:`\eta > 0`, the largest step size; a number, an array or a schedule of the step count.
@@ -116,22 +164,11 @@ def momo(
     check_decay(api, "beta", beta)
     check_non_negative(api, "weight_decay", weight_decay)
 
-    def init(params):
-        zero = jnp.zeros([], hyperparam_dtype())
-        return MomoState(
-            exp_avg=_zeros(params),
-            barf=zero,
-            gamma=zero,
-            lb=jnp.asarray(as_value(lower_bound), hyperparam_dtype()),
-            count=jnp.zeros([], jnp.int32),
-        )
+    init = _init(MomoState, 1, lower_bound)
 
     def update(updates, state, params=None, *, value=None, **extra):
         del extra
-        check_needs(api, "params", params)
-        check_needs(api, "value", value)
-        lr = value_at(learning_rate, state.count)
-        wd, lb0 = value_at(weight_decay, state.count), _scalar(lower_bound)
+        hp = _hyperparams(api, learning_rate, weight_decay, lower_bound, state, params, value)
         b = jnp.where(state.count == 0, 0.0, _scalar(beta))
 
         def moments(g, d, x):
@@ -139,26 +176,9 @@ def momo(
             d_new = b * d + (1 - b) * gc
             return d_new.astype(d.dtype), jnp.sum(gc * xc), jnp.sum(d_new * xc), jnp.sum(d_new * d_new)
 
-        exp_avg, gx, dx, dd = map_n(4, moments, updates, state.exp_avg, params)
-        barf = b * state.barf + (1 - b) * jnp.asarray(value, hyperparam_dtype())
-        gamma = b * state.gamma + (1 - b) * _tree_sum(gx)
-        tau, shrink, lb = _step_size(
-            lr, wd, barf, gamma, _tree_sum(dx), _tree_sum(dd), state.lb, adapt_lower_bound, lb0
-        )
-
-        def step(g, d, x):
-            xc = x.astype(compute_dtype(x.dtype))
-            return (xc / shrink - xc - tau * d).astype(g.dtype)
-
-        out = jax.tree.map(step, updates, exp_avg, params)
-        new_state = MomoState(
-            exp_avg=exp_avg,
-            barf=barf,
-            gamma=gamma,
-            lb=jnp.asarray(lb, state.lb.dtype),
-            count=safe_int32_increment(state.count),
-        )
-        return out, new_state
+        exp_avg, *sums = map_n(4, moments, updates, state.exp_avg, params)
+        out, barf, gamma, lb = _model_step(hp, adapt_lower_bound, b, 1.0, state, value, sums, updates, exp_avg, params)
+        return out, MomoState(exp_avg, barf, gamma, lb, safe_int32_increment(state.count))
 
     return GradientTransformationExtraArgs(init, update)
 
@@ -185,12 +205,15 @@ def momo_adam(
       \gamma_t = \beta_1 \gamma_{t-1} + (1-\beta_1)\langle g_t, x_t\rangle, \\
       \tau_t = \min\Big(\eta_t, \frac{\big[(1+\eta_t\lambda)(\hat f_t - \hat\gamma_t - f_*)
       + \langle \hat d_t, x_t\rangle\big]_+}{\langle \hat d_t, \hat d_t / D_t\rangle}\Big), \quad
-      x_{t+1} = \frac{x_t}{1+\eta_t\lambda} - \tau_t \hat d_t / D_t .
+      x_{t+1} = \frac{x_t - \tau_t \hat d_t / D_t}{1+\eta_t\lambda} .
 
     :math:`f_*` is ``lower_bound``; with ``adapt_lower_bound`` it is re-estimated every step as
     :math:`\max(f_*^0, h_t - \tfrac12 \tau_t \langle \hat d_t, \hat d_t / D_t\rangle)` with
-    :math:`h_t = \hat f_t + \langle \hat d_t, x_t\rangle - \hat\gamma_t` (a stored bound above :math:`h_t` is
-    first reset to :math:`h_t/2`). ``update`` needs ``params`` and the loss ``value`` (keyword).
+    :math:`h_t = \hat f_t + \langle \hat d_t, x_t\rangle - \hat\gamma_t`; before the step, a stored bound above
+    :math:`c_t = \hat f_t - \hat\gamma_t + \langle \hat d_t, x_t\rangle/(1+\eta_t\lambda)` is reset to
+    :math:`\max(f_*^0, c_t/2)`. The weight decay step is the paper's proximal one (Optax 0.2.8 applies
+    :math:`x_t/(1+\eta_t\lambda) - \tau_t \hat d_t/D_t`; see ``docs/differences.md``). ``update`` needs ``params``
+    and the loss ``value`` (keyword).
 
     Args:
       learning_rate: :math:`\eta > 0`, the largest step size; a number, an array or a schedule of the step count.
@@ -224,23 +247,11 @@ def momo_adam(
     check_decay(api, "b2", b2)
     check_non_negative(api, "weight_decay", weight_decay)
 
-    def init(params):
-        zero = jnp.zeros([], hyperparam_dtype())
-        return MomoAdamState(
-            exp_avg=_zeros(params),
-            exp_avg_sq=_zeros(params),
-            barf=zero,
-            gamma=zero,
-            lb=jnp.asarray(as_value(lower_bound), hyperparam_dtype()),
-            count=jnp.zeros([], jnp.int32),
-        )
+    init = _init(MomoAdamState, 2, lower_bound)
 
     def update(updates, state, params=None, *, value=None, **extra):
         del extra
-        check_needs(api, "params", params)
-        check_needs(api, "value", value)
-        lr = value_at(learning_rate, state.count)
-        wd, lb0 = value_at(weight_decay, state.count), _scalar(lower_bound)
+        hp = _hyperparams(api, learning_rate, weight_decay, lower_bound, state, params, value)
         beta1, beta2, e = _scalar(b1), _scalar(b2), _scalar(eps)
         count = safe_int32_increment(state.count)
         t = count.astype(hyperparam_dtype())
@@ -252,35 +263,13 @@ def momo_adam(
             d_new = beta1 * d + (1 - beta1) * gc
             v_new = beta2 * v + (1 - beta2) * gc * gc
             dhat_over_D = d_new / rho / (e + jnp.sqrt(v_new / bc2))
-            return (
-                d_new.astype(d.dtype),
-                v_new.astype(v.dtype),
-                dhat_over_D,
-                jnp.sum(gc * xc),
-                jnp.sum(d_new * xc) / rho,
-                jnp.sum(d_new * dhat_over_D) / rho,
-            )
+            dx, dd = jnp.sum(d_new * xc) / rho, jnp.sum(d_new * dhat_over_D) / rho
+            return d_new.astype(d.dtype), v_new.astype(v.dtype), dhat_over_D, jnp.sum(gc * xc), dx, dd
 
-        exp_avg, exp_avg_sq, direction, gx, dx, dd = map_n(6, moments, updates, state.exp_avg, state.exp_avg_sq, params)
-        barf = beta1 * state.barf + (1 - beta1) * jnp.asarray(value, hyperparam_dtype())
-        gamma = beta1 * state.gamma + (1 - beta1) * _tree_sum(gx)
-        tau, shrink, lb = _step_size(
-            lr, wd, barf / rho, gamma / rho, _tree_sum(dx), _tree_sum(dd), state.lb, adapt_lower_bound, lb0
+        exp_avg, exp_avg_sq, direction, *sums = map_n(6, moments, updates, state.exp_avg, state.exp_avg_sq, params)
+        out, barf, gamma, lb = _model_step(
+            hp, adapt_lower_bound, beta1, rho, state, value, sums, updates, direction, params
         )
-
-        def step(g, p, x):
-            xc = x.astype(compute_dtype(x.dtype))
-            return (xc / shrink - xc - tau * p).astype(g.dtype)
-
-        out = jax.tree.map(step, updates, direction, params)
-        new_state = MomoAdamState(
-            exp_avg=exp_avg,
-            exp_avg_sq=exp_avg_sq,
-            barf=barf,
-            gamma=gamma,
-            lb=jnp.asarray(lb, state.lb.dtype),
-            count=count,
-        )
-        return out, new_state
+        return out, MomoAdamState(exp_avg, exp_avg_sq, barf, gamma, lb, count)
 
     return GradientTransformationExtraArgs(init, update)

@@ -135,3 +135,36 @@ def test_ema_matches_optax(debias):
     assert gradax.EmaState._fields == ("count", "ema")
     with pytest.raises(ValueError, match=r"ema\(decay=\.\.\.\) must be in \[0, 1\]"):
         gradax.ema(1.5)
+
+
+def test_micro_step_hlo_is_one_pass_over_the_accumulator():
+    """Outside the inner optimizer's lax.cond, the compiled step (params and state donated) computes exactly two
+    arrays per leaf: the accumulator, in one fused pass (read gradient and accumulator, write the accumulator), and
+    the new params. No copy of the inner state or the accumulator, no separate zeroing pass."""
+    params = {"a": jnp.ones((64, 32)), "b": jnp.ones((48,)), "c": jnp.ones((5, 7, 3))}
+    ms = gradax.MultiSteps(gradax.adamw(1e-3, weight_decay=1e-4), every_k_schedule=4)
+    state = ms.init(params)
+
+    def step(p, s, g):
+        u, s = ms.update(g, s, p)
+        return gradax.apply_updates(p, u), s
+
+    hlo = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, params).compile().as_text()
+    entry = hlo[hlo.index("\nENTRY") :].splitlines()[1:]
+    skip = ("parameter(", "get-tuple-element(", " tuple(", "conditional(")
+    arrays = [ln.strip() for ln in entry if "= f32[" in ln and not any(t in ln for t in skip)]
+    assert len(arrays) == 2 * len(params), "\n".join(arrays)
+    assert not [ln for ln in arrays if " copy(" in ln], "\n".join(arrays)
+
+
+def test_accumulator_after_a_step_holds_the_applied_mean_and_is_overwritten():
+    ms = gradax.MultiSteps(gradax.sgd(1.0), every_k_schedule=2)
+    s = ms.init(jnp.zeros(2))
+    _, s = ms.update(jnp.array([1.0, 2.0]), s)
+    u, s = ms.update(jnp.array([3.0, 4.0]), s)
+    np.testing.assert_allclose(u, [-2.0, -3.0])
+    np.testing.assert_allclose(s.acc_grads, [2.0, 3.0])  # Optax: zeros; same updates either way
+    _, s = ms.update(jnp.array([10.0, 20.0]), s)
+    np.testing.assert_allclose(s.acc_grads, [10.0, 20.0])
+    u, s = ms.update(jnp.array([0.0, 0.0]), s)
+    np.testing.assert_allclose(u, [-5.0, -10.0])

@@ -76,7 +76,9 @@ class MultiStepsState(NamedTuple):
     mini_step: jax.Array  # shape=(), int32: micro-steps accumulated since the last optimizer step
     gradient_step: jax.Array  # shape=(), int32: optimizer steps taken
     inner_opt_state: Any  # the inner optimizer's state (changes only on the last micro-step of a step)
-    acc_grads: Any  # like params, dtype=accumulator_dtype: the running mean (or sum) of the micro-step gradients
+    # like params, dtype=accumulator_dtype: the running mean (or sum) of this step's micro-step gradients; after the
+    # last micro-step, the mean (or sum) the inner optimizer was given (the next micro-step overwrites it)
+    acc_grads: Any
     skip_state: Any = ()  # what should_skip_update_fn returned at the last micro-step; () without one
 
 
@@ -182,36 +184,36 @@ class MultiSteps:
 
         k = self._k(state.gradient_step)
         mini = state.mini_step
+        emit = jnp.logical_and(mini + 1 >= k, ~skip)
         n = (mini + 1).astype(jnp.float32)
+        first = mini == 0
 
+        # The accumulator is never reset to zeros: the first micro-step of a step overwrites it. So a micro-step
+        # that only accumulates is one elementwise pass (read gradient and accumulator, write the accumulator in
+        # place when the state is donated: 12 bytes per float32 parameter), and the inner optimizer reads the
+        # finished mean from that same buffer inside a lax.cond that otherwise passes the inner state through.
         def accumulate(g, a):
             g = jnp.asarray(g, a.dtype)
-            return a + (g - a) / n.astype(a.dtype) if self._use_grad_mean else a + g
+            total = a + (g - a) / n.astype(a.dtype) if self._use_grad_mean else a + g
+            return jnp.where(skip, a, jnp.where(first, g, total))
 
         acc = jax.tree.map(accumulate, updates, state.acc_grads)
-        emit = jnp.logical_and(mini + 1 >= k, ~skip)
 
-        def step(acc, inner_state):
-            grads = jax.tree.map(lambda a, g: a.astype(jnp.result_type(g)), acc, updates)
-            new_updates, new_inner = self._opt.update(grads, inner_state, params, **extra_args)
+        def step(inner_state):
+            mean = jax.tree.map(lambda a, g: a.astype(jnp.result_type(g)), acc, updates)
+            new_updates, new_inner = self._opt.update(mean, inner_state, params, **extra_args)
             return _same_types(new_updates, updates), _same_types(new_inner, inner_state)
 
-        def hold(acc, inner_state):
-            del acc
-            zeros = jax.tree.map(lambda g: jnp.zeros(jnp.shape(g), jnp.result_type(g)), updates)
-            return zeros, _strong(inner_state)
+        def hold(inner_state):
+            return jax.tree.map(lambda g: jnp.zeros(jnp.shape(g), jnp.result_type(g)), updates), inner_state
 
-        new_updates, new_inner = jax.lax.cond(emit, step, hold, acc, _strong(state.inner_opt_state))
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(skip, b, a), new, old)  # noqa: E731
-        zero_acc = jax.tree.map(jnp.zeros_like, acc)
-        new_acc = jax.tree.map(
-            lambda z, a, o: jnp.where(emit, z, jnp.where(skip, o, a)), zero_acc, acc, state.acc_grads
-        )
+        new_updates, new_inner = jax.lax.cond(emit, step, hold, _strong(state.inner_opt_state))
+        keep = lambda new, old: jnp.where(skip, old, new)  # noqa: E731
         new_state = MultiStepsState(
             mini_step=jnp.where(emit, 0, keep(mini + 1, mini)).astype(jnp.int32),
             gradient_step=jnp.where(emit, safe_int32_increment(state.gradient_step), state.gradient_step),
             inner_opt_state=new_inner,
-            acc_grads=new_acc,
+            acc_grads=acc,
             skip_state=skip_state,
         )
         return new_updates, new_state

@@ -11,14 +11,12 @@ from jax.typing import ArrayLike
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_positive
 from .._hyperparams import as_value
-from .._maps import map_n
-from .._numerics import abs_sq, compute_dtype, safe_int32_increment, state_dtype
-from ..transforms._accumulation import zeros_state_like
+from .._numerics import abs_sq, state_dtype
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import FirstMomentHat, ScaleByAdamState, check_adam_args
-from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values, moment_transformation, zero_moments
 
 
 class ScaleByAmsgradState(NamedTuple):
@@ -85,36 +83,23 @@ def scale_by_amsgrad(
     """
     check_adam_args("scale_by_amsgrad", b1, b2, eps, eps_root)
 
-    def init(params):
-        return ScaleByAmsgradState(
-            count=jnp.zeros([], jnp.int32),
-            mu=zeros_state_like(params, mu_dtype),
-            nu=zeros_state_like(params, nu_dtype),
-            nu_max=zeros_state_like(params, nu_dtype),
-        )
-
-    def update(updates, state, params=None):
-        del params
-        count_inc = safe_int32_increment(state.count)
+    def make_leaf(count_inc):
         beta1, beta2, e, e_root = hyper_values(b1, b2, eps, eps_root)
         one_minus_b1, one_minus_b2 = 1 - beta1, 1 - beta2
         c1 = debias_factor(beta1, count_inc) if bias_correction_mu else None
         c2 = debias_factor(beta2, count_inc) if bias_correction_nu else None
 
         def leaf(g, m, v, vmax):
-            gc = g.astype(compute_dtype(g.dtype))
-            m_new = ema_leaf(gc, m, beta1, one_minus_b1)
-            v_new = ema_sq_leaf(gc, v, beta2, one_minus_b2)
+            m_new = ema_leaf(g, m, beta1, one_minus_b1)
+            v_new = ema_sq_leaf(g, v, beta2, one_minus_b2)
             m_hat = m_new / c1 if c1 is not None else m_new
             v_eff = v_new / c2 if c2 is not None else v_new
             vmax_new = jnp.maximum(vmax, v_eff.astype(vmax.dtype))
-            u = m_hat / (jnp.sqrt(vmax_new + e_root) + e)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), vmax_new
+            return m_hat / (jnp.sqrt(vmax_new + e_root) + e), m_new, v_new, vmax_new
 
-        new_updates, mu, nu, nu_max = map_n(4, leaf, updates, state.mu, state.nu, state.nu_max)
-        return new_updates, ScaleByAmsgradState(count=count_inc, mu=mu, nu=nu, nu_max=nu_max)
+        return leaf
 
-    return GradientTransformation(init, update)
+    return moment_transformation(ScaleByAmsgradState, zero_moments(mu_dtype, nu_dtype, nu_dtype), make_leaf)
 
 
 def amsgrad(
@@ -195,29 +180,19 @@ def scale_by_adamax(b1: ArrayLike = 0.9, b2: ArrayLike = 0.999, eps: ArrayLike =
     """
     check_adam_args("scale_by_adamax", b1, b2, eps, 0.0)
 
-    def init(params):
-        return ScaleByAdamState(
-            count=jnp.zeros([], jnp.int32), mu=zeros_state_like(params), nu=zeros_state_like(params)
-        )
-
-    def update(updates, state, params=None):
-        del params
-        count_inc = safe_int32_increment(state.count)
+    def make_leaf(count_inc):
         beta1, beta2, e = hyper_values(b1, b2, eps)
         one_minus_b1 = 1 - beta1
         c1 = debias_factor(beta1, count_inc)
 
         def leaf(g, m, v):
-            gc = g.astype(compute_dtype(g.dtype))
-            m_new = ema_leaf(gc, m, beta1, one_minus_b1)
-            v_new = jnp.maximum(jnp.abs(gc) + e, beta2 * v)
-            u = (m_new / c1) / v_new
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+            m_new = ema_leaf(g, m, beta1, one_minus_b1)
+            v_new = jnp.maximum(jnp.abs(g) + e, beta2 * v)
+            return (m_new / c1) / v_new, m_new, v_new
 
-        new_updates, mu, nu = map_n(3, leaf, updates, state.mu, state.nu)
-        return new_updates, ScaleByAdamState(count=count_inc, mu=mu, nu=nu)
+        return leaf
 
-    return GradientTransformation(init, update)
+    return moment_transformation(ScaleByAdamState, zero_moments(None, None), make_leaf)
 
 
 def adamax(
@@ -335,14 +310,7 @@ def scale_by_radam(
     """
     check_adam_args("scale_by_radam", b1, b2, eps, eps_root)
 
-    def init(params):
-        return ScaleByAdamState(
-            count=jnp.zeros([], jnp.int32), mu=zeros_state_like(params), nu=zeros_state_like(params)
-        )
-
-    def update(updates, state, params=None):
-        del params
-        count_inc = safe_int32_increment(state.count)
+    def make_leaf(count_inc):
         hat = FirstMomentHat.at(b1, count_inc, nesterov)
         beta2, e, e_root, thresh = hyper_values(b2, eps, eps_root, threshold)
         one_minus_b2 = 1 - beta2
@@ -354,18 +322,15 @@ def scale_by_radam(
         use_adaptive = rho >= thresh
 
         def leaf(g, m, v):
-            gc = g.astype(compute_dtype(g.dtype))
-            m_new = ema_leaf(gc, m, hat.b1, hat.one_minus_b1)
-            v_new = ema_sq_leaf(gc, v, beta2, one_minus_b2)
-            m_hat = hat(gc, m_new)
+            m_new = ema_leaf(g, m, hat.b1, hat.one_minus_b1)
+            v_new = ema_sq_leaf(g, v, beta2, one_minus_b2)
+            m_hat = hat(g, m_new)
             adaptive = rect * m_hat / (jnp.sqrt(v_new / c2 + e_root) + e)
-            u = jnp.where(use_adaptive, adaptive, m_hat)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+            return jnp.where(use_adaptive, adaptive, m_hat), m_new, v_new
 
-        new_updates, mu, nu = map_n(3, leaf, updates, state.mu, state.nu)
-        return new_updates, ScaleByAdamState(count=count_inc, mu=mu, nu=nu)
+        return leaf
 
-    return GradientTransformation(init, update)
+    return moment_transformation(ScaleByAdamState, zero_moments(None, None), make_leaf)
 
 
 def radam(
@@ -451,30 +416,20 @@ def scale_by_belief(
     """
     check_adam_args("scale_by_belief", b1, b2, eps, eps_root)
 
-    def init(params):
-        return ScaleByBeliefState(
-            count=jnp.zeros([], jnp.int32), mu=zeros_state_like(params), nu=zeros_state_like(params)
-        )
-
-    def update(updates, state, params=None):
-        del params
-        count_inc = safe_int32_increment(state.count)
+    def make_leaf(count_inc):
         hat = FirstMomentHat.at(b1, count_inc, nesterov)
         beta2, e, e_root = hyper_values(b2, eps, eps_root)
         one_minus_b2 = 1 - beta2
         c2 = debias_factor(beta2, count_inc)
 
         def leaf(g, m, s):
-            gc = g.astype(compute_dtype(g.dtype))
-            m_new = ema_leaf(gc, m, hat.b1, hat.one_minus_b1)
-            s_new = ema_sq_leaf(gc - m_new, s, beta2, one_minus_b2) + e_root
-            u = hat(gc, m_new) / (jnp.sqrt(s_new / c2) + e)
-            return u.astype(g.dtype), m_new.astype(m.dtype), s_new.astype(s.dtype)
+            m_new = ema_leaf(g, m, hat.b1, hat.one_minus_b1)
+            s_new = ema_sq_leaf(g - m_new, s, beta2, one_minus_b2) + e_root
+            return hat(g, m_new) / (jnp.sqrt(s_new / c2) + e), m_new, s_new
 
-        new_updates, mu, nu = map_n(3, leaf, updates, state.mu, state.nu)
-        return new_updates, ScaleByBeliefState(count=count_inc, mu=mu, nu=nu)
+        return leaf
 
-    return GradientTransformation(init, update)
+    return moment_transformation(ScaleByBeliefState, zero_moments(None, None), make_leaf)
 
 
 def adabelief(
@@ -556,34 +511,27 @@ def scale_by_yogi(
     check_adam_args("scale_by_yogi", b1, b2, eps, eps_root)
     check_positive("scale_by_yogi", "initial_accumulator_value", initial_accumulator_value)
 
-    def init(params):
+    def init_moments(params):
         def full(p):
             dtype = state_dtype(p.dtype)
             return jnp.full(jnp.shape(p), as_value(initial_accumulator_value), dtype)
 
-        return ScaleByAdamState(
-            count=jnp.zeros([], jnp.int32), mu=jax.tree.map(full, params), nu=jax.tree.map(full, params)
-        )
+        return jax.tree.map(full, params), jax.tree.map(full, params)
 
-    def update(updates, state, params=None):
-        del params
-        count_inc = safe_int32_increment(state.count)
+    def make_leaf(count_inc):
         beta1, beta2, e, e_root = hyper_values(b1, b2, eps, eps_root)
         one_minus_b1, one_minus_b2 = 1 - beta1, 1 - beta2
         c1, c2 = debias_factor(beta1, count_inc), debias_factor(beta2, count_inc)
 
         def leaf(g, m, v):
-            gc = g.astype(compute_dtype(g.dtype))
-            m_new = ema_leaf(gc, m, beta1, one_minus_b1)
-            g2 = abs_sq(gc)
+            m_new = ema_leaf(g, m, beta1, one_minus_b1)
+            g2 = abs_sq(g)
             v_new = v - one_minus_b2 * jnp.sign(v - g2) * g2
-            u = (m_new / c1) / (jnp.sqrt(v_new / c2 + e_root) + e)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+            return (m_new / c1) / (jnp.sqrt(v_new / c2 + e_root) + e), m_new, v_new
 
-        new_updates, mu, nu = map_n(3, leaf, updates, state.mu, state.nu)
-        return new_updates, ScaleByAdamState(count=count_inc, mu=mu, nu=nu)
+        return leaf
 
-    return GradientTransformation(init, update)
+    return moment_transformation(ScaleByAdamState, init_moments, make_leaf)
 
 
 def yogi(

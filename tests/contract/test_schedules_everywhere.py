@@ -18,8 +18,6 @@ from .registry import entries
 from .test_battery import _grads, _run, _update_fn
 
 SCHEDULABLE = ("learning_rate", "weight_decay")
-# Known gap, open work: this contrib optimizer takes only a number as weight_decay for now.
-NOT_YET = {("contrib.dadapt_adamw", "weight_decay")}
 
 
 def _cases():
@@ -31,12 +29,7 @@ def _cases():
         for name in SCHEDULABLE:
             value = entry.kwargs.get(name, params[name].default if name in params else None)
             if name in params and isinstance(value, (int, float)) and not isinstance(value, bool):
-                marks = (
-                    [pytest.mark.xfail(reason="weight_decay schedule not supported yet", strict=True)]
-                    if (entry.name, name) in NOT_YET
-                    else []
-                )
-                out.append(pytest.param(entry, name, value, id=f"{entry.id}-{name}", marks=marks))
+                out.append(pytest.param(entry, name, value, id=f"{entry.id}-{name}"))
     return out
 
 
@@ -56,4 +49,6 @@ def test_constant_schedule_equals_number(entry, name, value):
         return outs
 
     number_updates, schedule_updates = both(params, grads)
-    assert_trees_close(schedule_updates, number_updates, rtol=1e-6, atol=1e-7, what=f"{entry.id} with {name} as a schedule")
+    assert_trees_close(
+        schedule_updates, number_updates, rtol=1e-6, atol=1e-7, what=f"{entry.id} with {name} as a schedule"
+    )

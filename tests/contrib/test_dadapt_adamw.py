@@ -1,6 +1,7 @@
 """D-Adapt AdamW (gradax.contrib.dadapt_adamw) against Optax 0.2.8."""
 
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
@@ -36,3 +37,19 @@ def test_errors():
     tx = gradax.contrib.dadapt_adamw()
     with pytest.raises(ValueError, match="params"):
         tx.update(jnp.ones(2), tx.init(jnp.ones(2)))
+
+
+def test_weight_decay_schedule_evaluated_before_the_increment():
+    """weight_decay only enters the update: with params held fixed, step k with the schedule wd(k) equals step k
+    with the number wd(k)."""
+    wd = lambda c: 0.1 * (c + 1.0)  # noqa: E731
+    params, grads = {"w": jnp.array([1.0, -2.0, 0.5])}, [{"w": jnp.array([0.3, -0.1, 0.2]) * (i + 1)} for i in range(3)]
+    sched = gradax.contrib.dadapt_adamw(estim_lr0=1e-2, weight_decay=wd)
+    s = sched.init(params)
+    for k, g in enumerate(grads):
+        number = gradax.contrib.dadapt_adamw(estim_lr0=1e-2, weight_decay=wd(k))
+        sn = sched.init(params)
+        for g_prev in grads[: k + 1]:
+            un, sn = number.update(g_prev, sn, params)
+        us, s = sched.update(g, s, params)
+        np.testing.assert_allclose(us["w"], un["w"], rtol=1e-6)

@@ -33,7 +33,7 @@ def dadapt_adamw(
     betas: tuple[ArrayLike, ArrayLike] = (0.9, 0.999),
     eps: ArrayLike = 1e-8,
     estim_lr0: ArrayLike = 1e-6,
-    weight_decay: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
 ) -> GradientTransformationExtraArgs:
     r"""AdamW with D-Adaptation: the effective step size :math:`d_k` grows to the distance to the solution.
 
@@ -55,7 +55,7 @@ def dadapt_adamw(
       betas: :math:`(\beta_1, \beta_2)`, both in ``[0, 1)``.
       eps: :math:`\varepsilon \ge 0`.
       estim_lr0: :math:`d_0 > 0`, the initial distance estimate.
-      weight_decay: :math:`\mu \ge 0`, decoupled weight decay.
+      weight_decay: :math:`\mu \ge 0`, decoupled weight decay; a number, an array or a schedule of the step count.
 
     Returns:
       A :class:`GradientTransformationExtraArgs` with state :class:`DAdaptAdamWState`; ``update`` needs ``params``.
@@ -93,7 +93,8 @@ def dadapt_adamw(
         del extra_args
         check_needs(api, "params", params)
         dtype = state.estim_lr.dtype
-        beta1, beta2, e, wd = (as_value(x, dtype) for x in (betas[0], betas[1], eps, weight_decay))
+        beta1, beta2, e = (as_value(x, dtype) for x in (betas[0], betas[1], eps))
+        wd = value_at(weight_decay, state.count, dtype)
         sb2 = beta2**0.5
         count = safe_int32_increment(state.count)
         k = count.astype(dtype)

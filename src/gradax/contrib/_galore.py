@@ -8,7 +8,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from .._checks import check_int, check_non_negative
@@ -219,7 +218,7 @@ def galore(
     update_proj_gap: int = 200,
     scale: float = 1.0,
     base_optimizer: GradientTransformation | None = None,
-    weight_decay: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
     weight_dimension_numbers: Any = None,
 ) -> GradientTransformation:

@@ -105,7 +105,7 @@ def scale_by_madgrad(
 def madgrad(
     learning_rate: ScalarOrSchedule,
     momentum: float = 0.9,
-    weight_decay: float = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
     eps: float = 1e-6,
 ) -> GradientTransformation:
     r"""The MADGRAD optimizer: weight decay added to the gradient, then :func:`scale_by_madgrad`.

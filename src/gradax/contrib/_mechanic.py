@@ -8,8 +8,14 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, with_extra_args_support
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    ScalarOrSchedule,
+    with_extra_args_support,
+)
 from .._checks import check_int, check_needs, check_non_negative, check_positive
+from .._hyperparams import value_at
 from .._numerics import safe_int32_increment
 from ..tree._math import norm as tree_norm
 from ..tree._math import vdot as tree_vdot
@@ -31,7 +37,7 @@ class MechanicState(NamedTuple):
 
 def mechanize(
     base_optimizer: GradientTransformation,
-    weight_decay: ArrayLike = 1e-2,
+    weight_decay: ScalarOrSchedule = 1e-2,
     eps: ArrayLike = 1e-8,
     s_init: ArrayLike = 1e-6,
     num_betas: int = 6,
@@ -51,7 +57,7 @@ def mechanize(
 
     Args:
       base_optimizer: the optimizer whose updates are rescaled.
-      weight_decay: :math:`\lambda \ge 0`.
+      weight_decay: :math:`\lambda \ge 0`; a number, an array or a schedule of the step count.
       eps: :math:`\epsilon > 0`.
       s_init: initial scale per beta (> 0).
       num_betas: number :math:`n \ge 1` of betas.
@@ -95,7 +101,8 @@ def mechanize(
         base_updates, base_state = base.update(updates, state.base_optimizer_state, params, **extra_args)
         x0 = jax.tree.map(lambda p, x: jnp.where(state.count == 0, p, x).astype(x.dtype), params, state.x0)
         s_sum = jnp.sum(state.s)
-        decay = weight_decay * s_sum * tree_norm(updates) / (tree_norm(params) + eps)
+        wd = value_at(weight_decay, state.count, state.s.dtype)
+        decay = wd * s_sum * tree_norm(updates) / (tree_norm(params) + eps)
         grads = jax.tree.map(lambda g, p: g + decay * p, updates, params)
         delta_prev = jax.tree.map(lambda p, x: (x - p) / (s_sum + eps), params, x0)
         h = tree_vdot(grads, delta_prev)

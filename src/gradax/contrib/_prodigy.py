@@ -40,7 +40,7 @@ def prodigy(
     eps: ArrayLike = 1e-8,
     estim_lr0: ArrayLike = 1e-6,
     estim_lr_coef: ArrayLike = 1.0,
-    weight_decay: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
     safeguard_warmup: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""The Prodigy optimizer: AdamW with a learned step size :math:`d_k` (a lower bound of :math:`\lVert x_0 -

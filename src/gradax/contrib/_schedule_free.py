@@ -207,7 +207,7 @@ def schedule_free_sgd(
     learning_rate: ScalarOrSchedule = 1.0,
     warmup_steps: int | None = None,
     b1: ArrayLike = 0.9,
-    weight_decay: ArrayLike | None = None,
+    weight_decay: ScalarOrSchedule | None = None,
     weight_lr_power: ArrayLike = 2.0,
     state_dtype: DTypeLike | None = None,
 ) -> GradientTransformationExtraArgs:
@@ -258,7 +258,7 @@ def schedule_free_adamw(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
-    weight_decay: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
     weight_lr_power: ArrayLike = 2.0,
     state_dtype: DTypeLike | None = None,
 ) -> GradientTransformationExtraArgs:

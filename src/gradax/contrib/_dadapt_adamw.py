@@ -9,11 +9,12 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
-from .._checks import argument_error, check_decay, check_needs, check_non_negative, check_positive
+from .._checks import check_needs
 from .._hyperparams import as_value, value_at
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
 from ..transforms._accumulation import zeros_state_like
+from ._dadapt_common import check_dadapt_args, sqrt_decay, tensor_vdot, with_complement
 from ._dog import _scalar_dtype
 
 
@@ -70,13 +71,7 @@ def dadapt_adamw(
       Defazio and Mishchenko, 2023, "Learning-Rate-Free Learning by D-Adaptation" (ICML).
     """
     api = "dadapt_adamw"
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise argument_error(api, "betas", "a pair (b1, b2)", betas, "Pass e.g. (0.9, 0.999)")
-    check_decay(api, "betas[0]", betas[0])
-    check_decay(api, "betas[1]", betas[1])
-    check_non_negative(api, "eps", eps)
-    check_positive(api, "estim_lr0", estim_lr0)
-    check_non_negative(api, "weight_decay", weight_decay)
+    check_dadapt_args(api, betas, eps, estim_lr0, weight_decay)
 
     def init(params):
         dtype = _scalar_dtype(params)
@@ -93,32 +88,33 @@ def dadapt_adamw(
         del extra_args
         check_needs(api, "params", params)
         dtype = state.estim_lr.dtype
-        beta1, beta2, e = (as_value(x, dtype) for x in (betas[0], betas[1], eps))
+        # Optax 0.2.8's order: 1 - b and sqrt(b2) from the Python numbers, <g, s/A> as one contraction per leaf
+        (beta1, one_b1), (beta2, one_b2) = with_complement(betas[0], dtype), with_complement(betas[1], dtype)
+        sb2, one_sb2 = with_complement(sqrt_decay(betas[1], dtype), dtype)
+        e = as_value(eps, dtype)
         wd = value_at(weight_decay, state.count, dtype)
-        sb2 = beta2**0.5
         count = safe_int32_increment(state.count)
-        k = count.astype(dtype)
-        bc = (1 - beta2**k) ** 0.5 / (1 - beta1**k)
+        bc = (1 - beta2**count) ** 0.5 / (1 - beta1**count)
         dlr = (state.estim_lr * value_at(learning_rate, state.count, dtype) * bc).astype(dtype)
 
         def num_leaf(g, s, v):
-            return (jnp.sum(g.astype(s.dtype) * (s / (jnp.sqrt(v) + e))),)
+            return (tensor_vdot(g.astype(s.dtype), s / (jnp.sqrt(v) + e)),)
 
         (dots,) = map_n(1, num_leaf, updates, state.grad_sum, state.exp_avg_sq)
         numerator_acc = sum(jax.tree.leaves(dots), jnp.zeros([], dtype))
 
         def leaf(g, m, v, s, p):
             gc = g.astype(compute_dtype(g.dtype))
-            m_new = beta1 * m + (1 - beta1) * dlr * gc
-            v_new = beta2 * v + (1 - beta2) * gc * gc
-            s_new = sb2 * s + (1 - sb2) * dlr * gc
+            m_new = beta1 * m + one_b1 * dlr * gc
+            v_new = beta2 * v + one_b2 * gc * gc
+            s_new = sb2 * s + one_sb2 * dlr * gc
             u = -wd * dlr * p.astype(m.dtype) - m_new / (jnp.sqrt(v_new) + e)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), s_new.astype(s.dtype)
 
         out, m, v, s = map_n(4, leaf, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum, params)
         s_l1 = sum((jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(s)), jnp.zeros([], dtype))
-        numerator = sb2 * state.numerator_weighted + (1 - sb2) * dlr * numerator_acc
-        estim = jnp.maximum(state.estim_lr, numerator / ((1 - sb2) * s_l1))
+        numerator = sb2 * state.numerator_weighted + one_sb2 * dlr * numerator_acc
+        estim = jnp.maximum(state.estim_lr, numerator / (one_sb2 * s_l1))
         return out, DAdaptAdamWState(m, v, s, estim.astype(dtype), numerator.astype(dtype), count)
 
     return GradientTransformationExtraArgs(init, update)

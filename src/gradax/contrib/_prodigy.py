@@ -9,11 +9,12 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
-from .._checks import argument_error, check_decay, check_needs, check_non_negative, check_positive
+from .._checks import check_decay, check_needs, check_positive
 from .._hyperparams import as_value, value_at
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
 from ..transforms._accumulation import zeros_state_like
+from ._dadapt_common import check_dadapt_args, sqrt_decay, tensor_vdot, with_complement
 
 
 class ProdigyState(NamedTuple):
@@ -85,16 +86,10 @@ def prodigy(
       Mishchenko and Defazio, 2023, "Prodigy: An Expeditiously Adaptive Parameter-Free Learner" (arXiv:2306.06101).
     """
     api = "prodigy"
-    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-        raise argument_error(api, "betas", "a pair (beta1, beta2)", betas, "Pass e.g. betas=(0.9, 0.999)")
-    check_decay(api, "betas[0]", betas[0])
-    check_decay(api, "betas[1]", betas[1])
+    check_dadapt_args(api, betas, eps, estim_lr0, weight_decay)
     if beta3 is not None:
         check_decay(api, "beta3", beta3)
-    check_non_negative(api, "eps", eps)
-    check_positive(api, "estim_lr0", estim_lr0)
     check_positive(api, "estim_lr_coef", estim_lr_coef)
-    check_non_negative(api, "weight_decay", weight_decay)
 
     def init(params):
         d0 = as_value(estim_lr0)
@@ -114,25 +109,27 @@ def prodigy(
         count = state.count
         lam = value_at(learning_rate, count)
         wd = value_at(weight_decay, count)
-        b1, b2 = as_value(betas[0]), as_value(betas[1])
-        b3 = jnp.sqrt(b2) if beta3 is None else as_value(beta3)
+        # Optax 0.2.8's order: 1 - b and sqrt(b2) from the Python numbers, d g formed first, <g, x0 - x> as one
+        # contraction per leaf
+        (b1, one_b1), (b2, one_b2) = with_complement(betas[0]), with_complement(betas[1])
+        b3 = as_value(sqrt_decay(betas[1]) if beta3 is None else beta3)
         d0, coef, e = as_value(estim_lr0), as_value(estim_lr_coef), as_value(eps)
         d = state.estim_lr
-        k = (count + 1).astype(d.dtype)
-        dlr = d * lam * jnp.sqrt(1 - b2**k) / (1 - b1**k)
-        w_num = (d / d0) * dlr
-        w_s = (d / d0) * d if safeguard_warmup else w_num
+        k = safe_int32_increment(count)
+        dlr = d * lam * ((1 - b2**k) ** 0.5 / (1 - b1**k))
+        w_s = d if safeguard_warmup else dlr
         first = count == 0
 
         def leaf(g, x, x0, m, v, s):
             cd = compute_dtype(g.dtype)
             gc, xc = g.astype(cd), x.astype(cd)
             x0 = jnp.where(first, xc, x0.astype(cd))
-            dot = jnp.sum(gc * (x0 - xc))
-            m_new = b1 * m + (1 - b1) * d * gc
-            v_new = b2 * v + (1 - b2) * d * d * gc * gc
-            s_new = b3 * s + w_s * gc
-            u = -dlr * (m_new / (jnp.sqrt(v_new) + d * e) + wd * xc)
+            dot = tensor_vdot(gc, x0 - xc)
+            dg = d * gc
+            m_new = b1 * m + one_b1 * dg
+            v_new = b2 * v + one_b2 * dg * dg
+            s_new = b3 * s + w_s * dg / d0
+            u = -wd * dlr * xc - dlr * m_new / (jnp.sqrt(v_new) + d * e)
             dt = m.dtype
             return (u.astype(g.dtype), x0.astype(dt), m_new.astype(dt), v_new.astype(dt), s_new.astype(dt), dot)
 
@@ -140,7 +137,7 @@ def prodigy(
             6, leaf, updates, params, state.params0, state.exp_avg, state.exp_avg_sq, state.grad_sum
         )
         dot = sum(jax.tree.leaves(dots), jnp.zeros([], d.dtype))
-        num = b3 * state.numerator_weighted + w_num * dot
+        num = b3 * state.numerator_weighted + (d / d0) * dlr * dot
         s_norm = sum((jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(s)), jnp.zeros([], d.dtype))
         d_hat = coef * num / s_norm
         d_new = jnp.where(s_norm > 0, jnp.maximum(d, d_hat), d).astype(d.dtype)

@@ -27,7 +27,7 @@ ENTRIES += [
 COVERED["contrib.SAMState"] = "tests/contrib/test_sam.py"
 
 ENTRIES += [
-    Entry("contrib.mechanize", make=lambda ox: ox.contrib.mechanize(ox.adam(1e-2)), needs_params=True, rtol=1e-4),
+    Entry("contrib.mechanize", make=lambda ox: ox.contrib.mechanize(ox.adam(1e-2)), needs_params=True),
 ]
 COVERED["contrib.MechanicState"] = "tests/contrib/test_mechanic.py"
 

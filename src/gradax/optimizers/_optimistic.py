@@ -112,6 +112,17 @@ def optimistic_gradient_descent(
     return chain(scale_by_optimistic_gradient(alpha, beta), scale_by_learning_rate(learning_rate))
 
 
+def _optimistic_adam_chain(api, learning_rate, alpha, beta, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype):
+    """Adam's step :math:`a_t`, made optimistic (:func:`scale_by_optimistic_gradient` with ``alpha``, ``beta``), then a
+    step of size ``-learning_rate``; the Adam hyperparameters are checked first, under the recipe's name ``api``."""
+    check_adam_args(api, b1, b2, eps, eps_root)
+    return chain(
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype),
+        scale_by_optimistic_gradient(alpha=alpha, beta=beta),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
 def optimistic_adam(
     learning_rate: ArrayLike,
     optimism: ArrayLike | None = None,
@@ -169,13 +180,10 @@ def optimistic_adam(
             "a callable",
             "Use optimistic_adam_v2 for learning-rate schedules",
         )
-    check_adam_args("optimistic_adam", b1, b2, eps, eps_root)
     if optimism is None:
         optimism = learning_rate
-    return chain(
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype),
-        scale_by_optimistic_gradient(alpha=learning_rate, beta=optimism),
-        scale_by_learning_rate(1.0),
+    return _optimistic_adam_chain(
+        "optimistic_adam", 1.0, learning_rate, optimism, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype
     )
 
 
@@ -221,9 +229,6 @@ def optimistic_adam_v2(
     References:
       Daskalakis et al., 2018, "Training GANs with Optimism".
     """
-    check_adam_args("optimistic_adam_v2", b1, b2, eps, eps_root)
-    return chain(
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype),
-        scale_by_optimistic_gradient(alpha=alpha, beta=beta),
-        scale_by_learning_rate(learning_rate),
+    return _optimistic_adam_chain(
+        "optimistic_adam_v2", learning_rate, alpha, beta, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype
     )

@@ -67,6 +67,34 @@ def _scaled(g, variance, eps, eps_in_sqrt: bool):
     return jnp.where(denom == 0, jnp.zeros_like(out), out)
 
 
+def _check_args(api, decay, eps, initial_scale):
+    check_decay(api, "decay", decay)
+    check_non_negative(api, "eps", eps)
+    check_non_negative(api, "initial_scale", initial_scale)
+
+
+def _step_scalars(decay, eps, bias_correction: bool, state):
+    """This step's ``decay`` and ``eps`` values, the incremented count and the bias correction ``1 - decay**count``
+    (both None without ``bias_correction``: the state then has no count)."""
+    rho, e = as_value(decay), as_value(eps)
+    if not bias_correction:
+        return rho, e, None, None
+    count = safe_int32_increment(state.count)
+    return rho, e, count, 1 - rho**count
+
+
+def _ema(x, moment, rho, correction, dtype):
+    """One moving-average step of ``x`` into ``moment`` (computed in ``dtype``, stored in the moment's dtype) and the
+    new moment divided by ``correction`` (the new moment itself when ``correction`` is None)."""
+    new = ((1 - rho) * x + rho * moment.astype(dtype)).astype(moment.dtype)
+    return new, (new if correction is None else new / correction.astype(new.dtype))
+
+
+def _state(counted_cls, plain_cls, count, **moments):
+    """``counted_cls(count, **moments)``, or ``plain_cls(**moments)`` when there is no count (no bias correction)."""
+    return plain_cls(**moments) if count is None else counted_cls(count=count, **moments)
+
+
 def scale_by_rms(
     decay: ArrayLike = 0.9,
     eps: ArrayLike = 1e-8,
@@ -104,37 +132,25 @@ def scale_by_rms(
     References:
       Hinton, 2012, "Neural Networks for Machine Learning", lecture 6e (RMSProp).
     """
-    api = "scale_by_rms"
-    check_decay(api, "decay", decay)
-    check_non_negative(api, "eps", eps)
-    check_non_negative(api, "initial_scale", initial_scale)
+    _check_args("scale_by_rms", decay, eps, initial_scale)
+    states = (ScaleByRmsWithCountState, ScaleByRmsState)
 
     def init(params):
-        nu = full_state_like(params, initial_scale)
-        if bias_correction:
-            return ScaleByRmsWithCountState(count=jnp.zeros([], jnp.int32), nu=nu)
-        return ScaleByRmsState(nu=nu)
+        count = jnp.zeros([], jnp.int32) if bias_correction else None
+        return _state(*states, count, nu=full_state_like(params, initial_scale))
 
     def update(updates, state, params=None):
         del params
-        rho, e = as_value(decay), as_value(eps)
-        if bias_correction:
-            count = safe_int32_increment(state.count)
-            correction = 1 - rho**count
-        else:
-            correction = None
+        rho, e, count, correction = _step_scalars(decay, eps, bias_correction, state)
 
         def leaf(g, nu):
             dtype = compute_dtype(g.dtype)
-            new_nu = ((1 - rho) * abs_sq(g.astype(dtype)) + rho * nu.astype(dtype)).astype(nu.dtype)
-            nu_hat = new_nu if correction is None else new_nu / correction.astype(new_nu.dtype)
+            new_nu, nu_hat = _ema(abs_sq(g.astype(dtype)), nu, rho, correction, dtype)
             out = _scaled(g.astype(dtype), nu_hat.astype(dtype), e, eps_in_sqrt)
             return out.astype(g.dtype), new_nu
 
         new_updates, new_nu = map_n(2, leaf, updates, state.nu)
-        if bias_correction:
-            return new_updates, ScaleByRmsWithCountState(count=count, nu=new_nu)
-        return new_updates, ScaleByRmsState(nu=new_nu)
+        return new_updates, _state(*states, count, nu=new_nu)
 
     return GradientTransformation(init, update)
 
@@ -177,45 +193,28 @@ def scale_by_stddev(
     References:
       Graves, 2013, "Generating Sequences With Recurrent Neural Networks" (centered RMSProp).
     """
-    api = "scale_by_stddev"
-    check_decay(api, "decay", decay)
-    check_non_negative(api, "eps", eps)
-    check_non_negative(api, "initial_scale", initial_scale)
+    _check_args("scale_by_stddev", decay, eps, initial_scale)
+    states = (ScaleByRStdDevWithCountState, ScaleByRStdDevState)
 
     def init(params):
-        mu = full_state_like(params, 0)
-        nu = full_state_like(params, initial_scale)
-        if bias_correction:
-            return ScaleByRStdDevWithCountState(count=jnp.zeros([], jnp.int32), mu=mu, nu=nu)
-        return ScaleByRStdDevState(mu=mu, nu=nu)
+        count = jnp.zeros([], jnp.int32) if bias_correction else None
+        return _state(*states, count, mu=full_state_like(params, 0), nu=full_state_like(params, initial_scale))
 
     def update(updates, state, params=None):
         del params
-        rho, e = as_value(decay), as_value(eps)
-        if bias_correction:
-            count = safe_int32_increment(state.count)
-            correction = 1 - rho**count
-        else:
-            correction = None
+        rho, e, count, correction = _step_scalars(decay, eps, bias_correction, state)
 
         def leaf(g, mu, nu):
             dtype = compute_dtype(g.dtype)
             gc = g.astype(dtype)
-            new_mu = ((1 - rho) * gc + rho * mu.astype(dtype)).astype(mu.dtype)
-            new_nu = ((1 - rho) * abs_sq(gc) + rho * nu.astype(dtype)).astype(nu.dtype)
-            if correction is None:
-                mu_hat, nu_hat = new_mu, new_nu
-            else:
-                mu_hat = new_mu / correction.astype(new_mu.dtype)
-                nu_hat = new_nu / correction.astype(new_nu.dtype)
+            new_mu, mu_hat = _ema(gc, mu, rho, correction, dtype)
+            new_nu, nu_hat = _ema(abs_sq(gc), nu, rho, correction, dtype)
             variance = nu_hat.astype(dtype) - abs_sq(mu_hat.astype(dtype))
             out = _scaled(gc, variance, e, eps_in_sqrt)
             return out.astype(g.dtype), new_mu, new_nu
 
         new_updates, new_mu, new_nu = map_n(3, leaf, updates, state.mu, state.nu)
-        if bias_correction:
-            return new_updates, ScaleByRStdDevWithCountState(count=count, mu=new_mu, nu=new_nu)
-        return new_updates, ScaleByRStdDevState(mu=new_mu, nu=new_nu)
+        return new_updates, _state(*states, count, mu=new_mu, nu=new_nu)
 
     return GradientTransformation(init, update)
 

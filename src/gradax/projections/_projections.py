@@ -6,6 +6,7 @@ everywhere (gradients flow through the sorting of the simplex projection).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -128,12 +129,16 @@ def _simplex_flat(z: jax.Array, scale: ArrayLike) -> jax.Array:
     return jnp.maximum(z - tau, 0.0)
 
 
-def _flat(tree: Any) -> tuple[jax.Array, Any]:
-    """The tree as one flat float vector (integer leaves become float32) and the function that undoes it."""
-    tree = jax.tree.map(
+def _on_flat(tree: Any, project: Callable[[jax.Array], jax.Array]) -> Any:
+    """Applies ``project`` to the tree taken as one flat float vector (integer leaves become float32) and returns the
+    result with the structure of the tree; a tree without elements comes back unchanged."""
+    tree_f = jax.tree.map(
         lambda x: x if jnp.issubdtype(jnp.result_type(x), jnp.floating) else jnp.asarray(x, jnp.float32), tree
     )
-    return ravel_pytree(tree)
+    flat, unravel = ravel_pytree(tree_f)
+    if flat.size == 0:
+        return tree
+    return unravel(project(flat))
 
 
 def projection_simplex(tree: Any, scale: ArrayLike = 1) -> Any:
@@ -160,10 +165,7 @@ def projection_simplex(tree: Any, scale: ArrayLike = 1) -> Any:
       Duchi et al., `Efficient Projections onto the l1-Ball for Learning in High Dimensions
       <https://stanford.edu/~jduchi/projects/DuchiShSiCh08.pdf>`_, 2008.
     """
-    flat, unravel = _flat(tree)
-    if flat.size == 0:
-        return tree
-    return unravel(_simplex_flat(flat, scale))
+    return _on_flat(tree, lambda flat: _simplex_flat(flat, scale))
 
 
 def projection_l1_sphere(tree: Any, scale: ArrayLike = 1) -> Any:
@@ -188,11 +190,12 @@ def projection_l1_sphere(tree: Any, scale: ArrayLike = 1) -> Any:
       >>> gradax.projections.projection_l1_sphere(jnp.array([0.5, -1.0]), 2.0)
       Array([ 0.75, -1.25], dtype=float32)
     """
-    flat, unravel = _flat(tree)
-    if flat.size == 0:
-        return tree
-    signs = jnp.where(flat < 0, -1.0, 1.0).astype(flat.dtype)
-    return unravel(signs * _simplex_flat(jnp.abs(flat), scale))
+
+    def project(flat):
+        signs = jnp.where(flat < 0, -1.0, 1.0).astype(flat.dtype)
+        return signs * _simplex_flat(jnp.abs(flat), scale)
+
+    return _on_flat(tree, project)
 
 
 def projection_l1_ball(tree: Any, scale: ArrayLike = 1) -> Any:
@@ -214,12 +217,12 @@ def projection_l1_ball(tree: Any, scale: ArrayLike = 1) -> Any:
       >>> gradax.projections.projection_l1_ball(jnp.array([0.5, -1.0]), 1.0)
       Array([ 0.25, -0.75], dtype=float32)
     """
-    flat, unravel = _flat(tree)
-    if flat.size == 0:
-        return tree
-    inside = jnp.sum(jnp.abs(flat)) <= scale
-    projected = jnp.sign(flat) * _simplex_flat(jnp.abs(flat), scale)
-    return unravel(jnp.where(inside, flat, projected))
+
+    def project(flat):
+        inside = jnp.sum(jnp.abs(flat)) <= scale
+        return jnp.where(inside, flat, jnp.sign(flat) * _simplex_flat(jnp.abs(flat), scale))
+
+    return _on_flat(tree, project)
 
 
 def _l2_norm(tree: Any) -> jax.Array:

@@ -76,6 +76,10 @@ BYTES_PER_PARAM = {
     # amortised over k=4 micro-steps: 3 accumulating micro-steps read g, acc and write acc (12 each), the 4th
     # reads g, acc, p, m, v and writes p, m, v, acc (36); (3 * 12 + 36) / 4 = 18
     "multisteps_adamw": 18,
+    # a micro-step that only accumulates, with apply_updates in the same jitted step: MultiSteps itself reads g and
+    # acc and writes acc (12); the zero updates it returns are written (4) and apply_updates reads p and the zeros
+    # and writes p (12)
+    "multisteps_micro": 28,
     # bf16 params and grads, float32 moments: read p (2), g (2), m (4), v (4) + write p (2), m (4), v (4)
     "adamw_bf16": 22,
 }
@@ -90,6 +94,7 @@ DESCRIPTIONS = {
     "adafactor": "Adafactor",
     "partition_decay": "partition: decay / no-decay AdamW groups",
     "multisteps_adamw": "MultiSteps(adamw, 4), per micro-step",
+    "multisteps_micro": "MultiSteps(adamw), a micro-step that only accumulates",
     "adamw_bf16": "AdamW, bf16 params and grads",
     "compile_clip_adamw": "compile time only: clip+AdamW chain",
     "lbfgs_rosenbrock": "L-BFGS on Rosenbrock, time to converge",
@@ -197,6 +202,9 @@ def _torch_adamw(kind: str) -> Callable:
                 sched.step()
 
             return step
+        elif kind == "accumulate":
+            acc = [torch.zeros_like(p) for p in params]
+            return lambda: torch._foreach_add_(acc, grads)
         elif kind == "multisteps":
             opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4, foreach=True)
             acc = [torch.zeros_like(p) for p in params]
@@ -261,6 +269,13 @@ def build_workloads(size: str) -> list[Workload]:
             lambda o: o.MultiSteps(o.adamw(1e-3, weight_decay=1e-4), every_k_schedule=4),
             torch_step=_torch_adamw("multisteps"),
             steps_multiple=4,
+        ),
+        Workload(
+            "multisteps_micro",
+            gpt,
+            lambda o: o.MultiSteps(o.adamw(1e-3, weight_decay=1e-4), every_k_schedule=1_000_000),
+            torch_step=_torch_adamw("accumulate"),
+            notes=["multisteps_micro: torch only accumulates (`_foreach_add_`, 12 B/param): no zero updates to apply"],
         ),
         Workload(
             "adamw_bf16",
@@ -415,10 +430,13 @@ def run_compile_workload(leaf_counts: tuple[int, ...], repeats: int) -> dict[str
             return o.chain(o.clip_by_global_norm(1.0), o.adamw(sched, weight_decay=1e-4))
 
         wl = Workload("compile", shapes, clip_adamw)
-        times: dict[str, list[float]] = {"gradax": [], "optax": []}
+        # gradax.flatten(chain): the same optimizer on one flat buffer per dtype (opt-in; its state is flat too)
+        flat = Workload("compile_flat", shapes, lambda o: o.flatten(clip_adamw(o)))
+        impls = (("gradax", gradax, wl), ("optax", optax, wl), ("gradax_flatten", gradax, flat))
+        times: dict[str, list[float]] = {name: [] for name, _, _ in impls}
         for _ in range(max(1, min(repeats, 3))):
-            for name, mod in (("gradax", gradax), ("optax", optax)):
-                times[name].append(prepare_jax(wl, mod, params_np, params_np).compile_s)
+            for name, mod, w in impls:
+                times[name].append(prepare_jax(w, mod, params_np, params_np).compile_s)
                 gc.collect()
         out[str(n)] = {k: summarize(v) for k, v in times.items()}
     return {"kind": "compile", "compile_s": out}
@@ -542,13 +560,16 @@ def markdown(result: dict[str, Any]) -> str:
     if comp:
         lines += [
             "",
-            "| compile time, clip+AdamW chain | gradax (median, min..max) | optax | gradax/optax |",
-            "|---|---|---|---|",
+            "| compile time, clip+AdamW chain | gradax (median, min..max) | optax | gradax/optax "
+            "| gradax.flatten(chain) | flatten/optax |",
+            "|---|---|---|---|---|---|",
         ]
         for n, d in comp["compile_s"].items():
+            fl = d.get("gradax_flatten")
             lines.append(
                 f"| {n} leaves | {spread(d['gradax'])} | {spread(d['optax'])} "
-                f"| {ratio(d['gradax']['median'], d['optax']['median'])} |"
+                f"| {ratio(d['gradax']['median'], d['optax']['median'])} | {spread(fl) if fl else '-'} "
+                f"| {ratio(fl['median'], d['optax']['median']) if fl else '-'} |"
             )
     lb = result["workloads"].get("lbfgs_rosenbrock")
     if lb:

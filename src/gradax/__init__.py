@@ -102,6 +102,8 @@ from .optimizers._adam import adamw as adamw
 from .optimizers._adam import nadam as nadam
 from .optimizers._adam import nadamw as nadamw
 from .optimizers._adam import scale_by_adam as scale_by_adam
+from ._quantization import BlockQuantized as BlockQuantized
+from ._quantization import Blockwise8bit as Blockwise8bit
 from .optimizers._trust import ScaleByTrustRatioState as ScaleByTrustRatioState
 from .optimizers._trust import scale_by_trust_ratio as scale_by_trust_ratio
 from .optimizers._rms import ScaleByRmsState as ScaleByRmsState

@@ -12,6 +12,19 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Mas
 from .._checks import check_decay, check_non_negative
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
+from .._quantization import (
+    BlockQuantized,
+    Blockwise8bit,
+    block_absmax,
+    blocks,
+    decode_root_blocks,
+    decode_signed_blocks,
+    encode_root_blocks,
+    encode_signed_blocks,
+    quantized_zeros,
+    resolve_moments,
+    unblock,
+)
 from ..transforms._accumulation import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
@@ -66,6 +79,7 @@ def scale_by_adam(
     *,
     nesterov: bool = False,
     nu_dtype: Any | None = None,
+    moments: str | Blockwise8bit | None = None,
 ) -> GradientTransformation:
     r"""Rescales updates with Adam's bias-corrected moment estimates.
 
@@ -82,6 +96,12 @@ def scale_by_adam(
     loses small gradients and ``b2=0.999`` would round to 1). The arithmetic is done in at least float32 and the
     updates come back in the dtype of the incoming updates.
 
+    Low-memory mode (not in Optax): ``moments="8bit"`` (or a :class:`gradax.Blockwise8bit`) stores ``mu`` and ``nu``
+    of every floating parameter with at least ``min_size`` (4096) elements as a :class:`gradax.BlockQuantized`:
+    8-bit codes plus one float32 scale per block of 256 elements, about 0.25x of float32 moments (Dettmers et al.,
+    2022). Each step decodes them, computes the moments and the update in float32 as above, and encodes the new
+    moments; the default (``moments=None``) is unchanged.
+
     Args:
       b1: :math:`\beta_1 \in [0, 1)`, decay of the first moment.
       b2: :math:`\beta_2 \in [0, 1)`, decay of the second moment.
@@ -91,6 +111,8 @@ def scale_by_adam(
       mu_dtype: dtype of the first moment (see the dtype rule above).
       nesterov: use Nesterov momentum (NAdam).
       nu_dtype: dtype of the second moment (see the dtype rule above); not in Optax.
+      moments: None (dense moments), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: block-wise 8-bit moments;
+        not in Optax, and not combinable with ``mu_dtype``/``nu_dtype``.
 
     Returns:
       A :class:`GradientTransformation` with state :class:`ScaleByAdamState`.
@@ -104,11 +126,19 @@ def scale_by_adam(
 
     References:
       Kingma and Ba, 2015, "Adam: A Method for Stochastic Optimization";
-      Dozat, 2016, "Incorporating Nesterov Momentum into Adam".
+      Dozat, 2016, "Incorporating Nesterov Momentum into Adam";
+      Dettmers et al., 2022, "8-bit Optimizers via Block-wise Quantization" (``moments="8bit"``).
     """
     check_adam_args("scale_by_adam", b1, b2, eps, eps_root)
+    storage = resolve_moments("scale_by_adam", moments, mu_dtype, nu_dtype)
 
     def init(params):
+        if storage is not None:
+            return ScaleByAdamState(
+                count=jnp.zeros([], jnp.int32),
+                mu=quantized_zeros(params, storage),
+                nu=quantized_zeros(params, storage),
+            )
         return ScaleByAdamState(
             count=jnp.zeros([], jnp.int32),
             mu=zeros_state_like(params, mu_dtype),
@@ -130,15 +160,37 @@ def scale_by_adam(
             u = hat(gc, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
-        new_updates, mu, nu = map_n(3, leaf, updates, state.mu, state.nu)
+        def quantized_leaf(g, m, v):
+            if not isinstance(m, BlockQuantized):  # a small leaf kept dense
+                return leaf(g, m, v)
+            # The same arithmetic on (num_blocks, block_size) views. The new scales are upper bounds of the new
+            # moments' block absmax from the old scales and the gradient's block absmax (|m_old| <= old scale),
+            # so no pass over the new moments is needed before encoding them.
+            g_blocks = blocks(g, m.codes.shape[1])
+            g_max = block_absmax(g_blocks)
+            gc = g_blocks.astype(compute_dtype(g.dtype))
+            m_new = ema_leaf(gc, decode_signed_blocks(m), hat.b1, hat.one_minus_b1)
+            root = decode_root_blocks(v)
+            v_new = ema_sq_leaf(gc, root * root, beta2, one_minus_b2)
+            u = hat(gc, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e)
+            m_scale = (hat.b1 * m.scale + hat.one_minus_b1 * g_max).astype(jnp.float32)
+            v_scale = jnp.sqrt(beta2 * v.scale * v.scale + one_minus_b2 * g_max * g_max).astype(jnp.float32)
+            return (
+                unblock(u, jnp.shape(g)).astype(g.dtype),
+                BlockQuantized(encode_signed_blocks(m_new, m_scale, 2 * count_inc), m_scale),
+                BlockQuantized(encode_root_blocks(jnp.sqrt(v_new), v_scale, 2 * count_inc + 1), v_scale),
+            )
+
+        new_updates, mu, nu = map_n(3, leaf if storage is None else quantized_leaf, updates, state.mu, state.nu)
         return new_updates, ScaleByAdamState(count=count_inc, mu=mu, nu=nu)
 
     return GradientTransformation(init, update)
 
 
-def _adam_chain(api, learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, decay=None):
+def _adam_chain(api, learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, moments, decay=None):
     check_adam_args(api, b1, b2, eps, eps_root)
-    parts = [scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype)]
+    resolve_moments(api, moments, mu_dtype, nu_dtype)
+    parts = [scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype, moments=moments)]
     if decay is not None:
         parts.append(add_decayed_weights(*decay))
     parts.append(scale_by_learning_rate(learning_rate))
@@ -155,6 +207,7 @@ def adam(
     *,
     nesterov: bool = False,
     nu_dtype: Any | None = None,
+    moments: str | Blockwise8bit | None = None,
 ) -> GradientTransformationExtraArgs:
     r"""The Adam optimizer: :func:`scale_by_adam` followed by a step of size :math:`-\eta_t`.
 
@@ -170,6 +223,8 @@ def adam(
       mu_dtype: dtype of the first moment (float32 for bfloat16/float16 params by default).
       nesterov: use Nesterov momentum (NAdam).
       nu_dtype: dtype of the second moment (float32 for bfloat16/float16 params by default).
+      moments: None (dense), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: 8-bit block-wise moments (see
+        :func:`scale_by_adam`; not in Optax).
 
     Returns:
       A :class:`GradientTransformationExtraArgs` with state ``(ScaleByAdamState, ScaleState |
@@ -187,7 +242,7 @@ def adam(
     References:
       Kingma and Ba, 2015, "Adam: A Method for Stochastic Optimization".
     """
-    return _adam_chain("adam", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype)
+    return _adam_chain("adam", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, moments)
 
 
 def adamw(
@@ -202,6 +257,7 @@ def adamw(
     *,
     nesterov: bool = False,
     nu_dtype: Any | None = None,
+    moments: str | Blockwise8bit | None = None,
 ) -> GradientTransformationExtraArgs:
     r"""Adam with decoupled weight decay (AdamW).
 
@@ -221,6 +277,8 @@ def adamw(
         params returning one; None decays all.
       nesterov: use Nesterov momentum (NAdamW).
       nu_dtype: dtype of the second moment.
+      moments: None (dense), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: 8-bit block-wise moments (see
+        :func:`scale_by_adam`; not in Optax).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -237,7 +295,7 @@ def adamw(
       Loshchilov and Hutter, 2019, "Decoupled Weight Decay Regularization".
     """
     return _adam_chain(
-        "adamw", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, decay=(weight_decay, mask)
+        "adamw", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, moments, decay=(weight_decay, mask)
     )
 
 
@@ -251,6 +309,7 @@ def nadam(
     *,
     nesterov: bool = True,
     nu_dtype: Any | None = None,
+    moments: str | Blockwise8bit | None = None,
 ) -> GradientTransformationExtraArgs:
     r"""NAdam: :func:`adam` with Nesterov momentum (``nesterov=True`` by default).
 
@@ -267,6 +326,8 @@ def nadam(
       mu_dtype: dtype of the first moment.
       nesterov: keep True for NAdam (False gives :func:`adam`).
       nu_dtype: dtype of the second moment.
+      moments: None (dense), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: 8-bit block-wise moments (see
+        :func:`scale_by_adam`; not in Optax).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
@@ -281,7 +342,7 @@ def nadam(
     References:
       Dozat, 2016, "Incorporating Nesterov Momentum into Adam".
     """
-    return _adam_chain("nadam", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype)
+    return _adam_chain("nadam", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, moments)
 
 
 def nadamw(
@@ -296,6 +357,7 @@ def nadamw(
     *,
     nesterov: bool = True,
     nu_dtype: Any | None = None,
+    moments: str | Blockwise8bit | None = None,
 ) -> GradientTransformationExtraArgs:
     r"""NAdamW: :func:`adamw` with Nesterov momentum (``nesterov=True`` by default).
 
@@ -315,6 +377,8 @@ def nadamw(
       mask: which parameters to decay (see :func:`adamw`).
       nesterov: keep True for NAdamW.
       nu_dtype: dtype of the second moment.
+      moments: None (dense), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: 8-bit block-wise moments (see
+        :func:`scale_by_adam`; not in Optax).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -332,5 +396,15 @@ def nadamw(
       Loshchilov and Hutter, 2019, "Decoupled Weight Decay Regularization".
     """
     return _adam_chain(
-        "nadamw", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, decay=(weight_decay, mask)
+        "nadamw",
+        learning_rate,
+        b1,
+        b2,
+        eps,
+        eps_root,
+        mu_dtype,
+        nesterov,
+        nu_dtype,
+        moments,
+        decay=(weight_decay, mask),
     )

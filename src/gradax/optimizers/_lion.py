@@ -13,6 +13,17 @@ from .._checks import check_decay, check_one_of
 from .._hyperparams import as_value
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
+from .._quantization import (
+    BlockQuantized,
+    Blockwise8bit,
+    block_absmax,
+    blocks,
+    decode_signed_blocks,
+    encode_signed_blocks,
+    quantized_zeros,
+    resolve_moments,
+    unblock,
+)
 from ..transforms._accumulation import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
@@ -36,6 +47,7 @@ def scale_by_lion(
     *,
     mode: Literal["hard", "smooth", "refined"] = "hard",
     smooth_beta: float = 1.0,
+    moments: str | Blockwise8bit | None = None,
 ) -> GradientTransformation:
     r"""Rescales updates with Lion: the sign of an interpolation of momentum and gradient.
 
@@ -45,7 +57,9 @@ def scale_by_lion(
 
     ``mode="smooth"`` uses :math:`\tanh(\text{smooth\_beta}\cdot c_t)` and ``mode="refined"`` uses :math:`c_t` where
     :math:`|c_t| < 1` and its sign elsewhere. The momentum takes ``mu_dtype`` when given, else the params' dtype
-    (float32 for bfloat16/float16 params).
+    (float32 for bfloat16/float16 params). With ``moments="8bit"`` (not in Optax) the momentum of every floating
+    parameter with at least 4096 elements is stored block-wise in 8 bits (a :class:`gradax.BlockQuantized`, about
+    0.25x of float32; see :class:`gradax.Blockwise8bit`) and decoded to float32 for each step.
 
     Args:
       b1: :math:`\beta_1 \in [0, 1)`, the interpolation weight of the momentum in the update.
@@ -53,6 +67,7 @@ def scale_by_lion(
       mu_dtype: dtype of the momentum.
       mode: ``"hard"`` (sign), ``"smooth"`` (tanh) or ``"refined"`` (linear near 0, sign beyond).
       smooth_beta: the slope of ``tanh`` in ``"smooth"`` mode.
+      moments: None (dense momentum), ``"8bit"`` or a :class:`gradax.Blockwise8bit` (not with ``mu_dtype``).
 
     Returns:
       A :class:`GradientTransformation` with state :class:`ScaleByLionState`.
@@ -64,11 +79,13 @@ def scale_by_lion(
       Array([ 1., -1.,  0.], dtype=float32)
 
     References:
-      Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms".
+      Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms";
+      Dettmers et al., 2022, "8-bit Optimizers via Block-wise Quantization" (``moments="8bit"``).
     """
     check_decay("scale_by_lion", "b1", b1)
     check_decay("scale_by_lion", "b2", b2)
     check_one_of("scale_by_lion", "mode", mode, _MODES)
+    storage = resolve_moments("scale_by_lion", moments, mu_dtype)
 
     def direction(c):
         if mode == "hard":
@@ -78,6 +95,8 @@ def scale_by_lion(
         return jnp.where(jnp.abs(c) < 1.0, c, jnp.sign(c))
 
     def init(params):
+        if storage is not None:
+            return ScaleByLionState(count=jnp.zeros([], jnp.int32), mu=quantized_zeros(params, storage))
         return ScaleByLionState(count=jnp.zeros([], jnp.int32), mu=zeros_state_like(params, mu_dtype))
 
     def update(updates, state, params=None):
@@ -91,7 +110,22 @@ def scale_by_lion(
             m_new = ema_leaf(gc, m, beta2, one_minus_b2)
             return u.astype(g.dtype), m_new.astype(m.dtype)
 
-        new_updates, mu = map_n(2, leaf, updates, state.mu)
+        def quantized_leaf(g, m):
+            if not isinstance(m, BlockQuantized):  # a small leaf kept dense
+                return leaf(g, m)
+            # On (num_blocks, block_size) views; the new scale bounds the new momentum's block absmax.
+            g_blocks = blocks(g, m.codes.shape[1])
+            g_max = block_absmax(g_blocks)
+            gc = g_blocks.astype(compute_dtype(g.dtype))
+            m_old = decode_signed_blocks(m)
+            u = direction(ema_leaf(gc, m_old, beta1, one_minus_b1))
+            scale = (beta2 * m.scale + one_minus_b2 * g_max).astype(jnp.float32)
+            m_new = BlockQuantized(
+                encode_signed_blocks(ema_leaf(gc, m_old, beta2, one_minus_b2), scale, state.count), scale
+            )
+            return unblock(u, jnp.shape(g)).astype(g.dtype), m_new
+
+        new_updates, mu = map_n(2, leaf if storage is None else quantized_leaf, updates, state.mu)
         return new_updates, ScaleByLionState(count=safe_int32_increment(state.count), mu=mu)
 
     return GradientTransformation(init, update)
@@ -104,6 +138,8 @@ def lion(
     mu_dtype: Any | None = None,
     weight_decay: ScalarOrSchedule = 1e-3,
     mask: MaskOrFn = None,
+    *,
+    moments: str | Blockwise8bit | None = None,
 ) -> GradientTransformationExtraArgs:
     r"""The Lion optimizer: :func:`scale_by_lion`, decoupled weight decay, then a step of size :math:`-\eta_t`.
 
@@ -121,6 +157,8 @@ def lion(
       mu_dtype: dtype of the momentum.
       weight_decay: :math:`\lambda`, a number, an array or a schedule.
       mask: which parameters to decay (a tree of booleans or a function of the params); None decays all.
+      moments: None (dense momentum), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: block-wise 8-bit momentum
+        (see :func:`scale_by_lion`; not in Optax).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -137,8 +175,9 @@ def lion(
     """
     check_decay("lion", "b1", b1)
     check_decay("lion", "b2", b2)
+    resolve_moments("lion", moments, mu_dtype)
     return chain(
-        scale_by_lion(b1, b2, mu_dtype),
+        scale_by_lion(b1, b2, mu_dtype, moments=moments),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )

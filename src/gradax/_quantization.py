@@ -1,0 +1,300 @@
+r"""Block-wise 8-bit storage of optimizer moments (Dettmers et al., 2022).
+
+A moment array is flattened, padded with zeros to a multiple of ``block_size`` and cut into blocks. Each block keeps
+one float32 scale, its largest magnitude :math:`s_b = \max_{i \in b} |x_i|`, and one 8-bit code per element for
+:math:`y_i = x_i / s_b \in [-1, 1]`. A step decodes the codes to float32, does the optimizer's arithmetic in float32
+and encodes the new moments again.
+
+The 8-bit codes are small floating-point numbers relative to the block's scale, encoded and decoded with integer
+operations on the float32 bit pattern (no table look-up, no transcendental functions, so they vectorize well on CPU):
+
+* signed moments (Adam's and Lion's first moment): 1 sign bit, 4 exponent bits, 3 mantissa bits: magnitudes from
+  :math:`2^{-15}` to 1 of the block's scale, relative rounding error at most :math:`2^{-4}` (6.25%);
+* non-negative moments (Adam's second moment :math:`\nu`): the code stores :math:`\sqrt{\nu}/\sqrt{\max_b \nu}` with
+  4 exponent bits and 4 mantissa bits (no sign bit is needed): the denominator :math:`\sqrt{\nu}` of Adam's update is
+  kept within :math:`2^{-5}` (3.1%) relative error over 16 binades, i.e. :math:`\nu` over 32 binades (down to
+  :math:`2.3 \cdot 10^{-10}` of the block's largest value).
+
+Code 0 is an exact zero; magnitudes below the smallest code are flushed to zero. Rounding is to nearest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checks import argument_error, check_int
+from ._numerics import state_dtype
+
+_F32_MANTISSA = 23
+_F32_ONE_EXPONENT = 127
+
+
+class BlockQuantized(NamedTuple):
+    """A moment array stored block-wise in 8 bits: the state leaf of the quantized moments.
+
+    ``codes`` has shape ``(num_blocks, block_size)`` (the flattened array padded with zeros) and dtype uint8;
+    ``scale`` has shape ``(num_blocks,)`` and dtype float32. The array's own shape is the shape of the matching
+    update, so it is not stored.
+    """
+
+    codes: jax.Array  # shape=(num_blocks, block_size), dtype=uint8
+    scale: jax.Array  # shape=(num_blocks,), dtype=float32: block absmax (of sqrt(nu) for second moments)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Format:
+    """A small float format for magnitudes in [0, 1]: ``exp_bits`` exponent and ``man_bits`` mantissa bits."""
+
+    exp_bits: int
+    man_bits: int
+
+    @property
+    def top(self) -> int:
+        return (1 << (self.exp_bits + self.man_bits)) - 1
+
+    @property
+    def shift(self) -> int:
+        return _F32_MANTISSA - self.man_bits
+
+    @property
+    def offset(self) -> int:
+        # code c >= 1 is the float32 whose (exponent, mantissa) bits, shifted right by `shift`, are c + offset; the
+        # top code is 1.0.
+        return (_F32_ONE_EXPONENT << self.man_bits) - self.top
+
+    def encode(self, y: jax.Array, noise: jax.Array | None = None) -> jax.Array:
+        """int32 codes in ``[0, top]`` of magnitudes ``0 <= y <= 1`` (float32).
+
+        Rounded to nearest, or stochastically (up with probability equal to the fraction of the gap) when ``noise``,
+        uniform random uint32 bits like ``y``, is given.
+        """
+        bits = jax.lax.bitcast_convert_type(y, jnp.int32)
+        if noise is None:
+            offset = jnp.int32(1 << (self.shift - 1))
+        else:
+            offset = jax.lax.shift_right_logical(noise, jnp.uint32(32 - self.shift)).astype(jnp.int32)
+        q = (bits + offset) >> self.shift
+        return jnp.clip(q - self.offset, 0, self.top)
+
+    def decode(self, code: jax.Array) -> jax.Array:
+        """float32 magnitudes of int32 ``code`` (0 decodes to 0)."""
+        value = jax.lax.bitcast_convert_type((code + self.offset) << self.shift, jnp.float32)
+        return jnp.where(code == 0, jnp.zeros((), jnp.float32), value)
+
+    def table(self) -> np.ndarray:
+        """Every representable magnitude, for the tests (float64)."""
+        codes = np.arange(self.top + 1, dtype=np.int64)
+        bits = ((codes + self.offset) << self.shift).astype(np.uint32)
+        values = bits.view(np.float32).astype(np.float64)
+        values[0] = 0.0
+        return values
+
+
+_SIGNED = _Format(exp_bits=4, man_bits=3)  # + 1 sign bit
+_UNSIGNED = _Format(exp_bits=4, man_bits=4)  # of sqrt(nu)
+
+
+def blocks(x: jax.Array, block_size: int) -> jax.Array:
+    """``x`` flattened, padded with zeros to a multiple of ``block_size`` and shaped ``(num_blocks, block_size)``."""
+    flat = jnp.ravel(x)
+    num_blocks = -(-flat.size // block_size)
+    pad = num_blocks * block_size - flat.size
+    if pad:
+        flat = jnp.pad(flat, (0, pad))
+    return flat.reshape(num_blocks, block_size)
+
+
+def unblock(values: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """The inverse of :func:`blocks`: drops the padding and restores ``shape``."""
+    size = math.prod(shape)
+    flat = values.reshape(-1)
+    if flat.size != size:
+        flat = flat[:size]
+    return flat.reshape(shape)
+
+
+def block_absmax(x_blocks: jax.Array) -> jax.Array:
+    """The float32 largest magnitude of each block (row) of ``x_blocks``.
+
+    Written as ``max(max(x), -min(x))``: two plain reductions of the (already materialized) input, which XLA:CPU runs
+    fast, where ``max(abs(x))`` would first write ``abs(x)`` to a temporary as large as ``x``.
+    """
+    top = jnp.max(x_blocks, axis=1).astype(jnp.float32)
+    bottom = jnp.min(x_blocks, axis=1).astype(jnp.float32)
+    return jnp.maximum(top, -bottom)
+
+
+def dither(shape: tuple[int, ...], seed: jax.Array) -> jax.Array:
+    """Pseudo-random uint32 bits for each element of ``shape``, a hash of the element's index and ``seed``.
+
+    Stateless and cheap (a few integer operations per element): used for stochastic rounding, so that the small
+    increments of a moving average are kept on average instead of always being rounded away.
+    """
+    index = jax.lax.broadcasted_iota(jnp.uint32, shape, 0) * jnp.uint32(shape[1]) + jax.lax.broadcasted_iota(
+        jnp.uint32, shape, 1
+    )
+    x = index * jnp.uint32(0x9E3779B1) + jnp.asarray(seed).astype(jnp.uint32) * jnp.uint32(0x85EBCA6B)
+    x = x ^ jax.lax.shift_right_logical(x, jnp.uint32(16))
+    x = x * jnp.uint32(0x7FEB352D)
+    x = x ^ jax.lax.shift_right_logical(x, jnp.uint32(15))
+    x = x * jnp.uint32(0x846CA68B)
+    return x ^ jax.lax.shift_right_logical(x, jnp.uint32(16))
+
+
+def _inverse(scale: jax.Array) -> jax.Array:
+    return jnp.where(scale > 0, 1.0 / jnp.where(scale > 0, scale, 1.0), 0.0)
+
+
+def encode_signed_blocks(x_blocks: jax.Array, scale: jax.Array, seed: jax.Array | None = None) -> jax.Array:
+    """uint8 codes of ``x_blocks / scale`` (one scale per row, ``|x| <= scale``): sign, 4 exponent, 3 mantissa bits.
+
+    Rounded to nearest, or stochastically with :func:`dither` bits of ``seed`` when it is given.
+    """
+    y = x_blocks.astype(jnp.float32) * _inverse(scale)[:, None]
+    bits = jax.lax.bitcast_convert_type(y, jnp.int32)
+    noise = None if seed is None else dither(x_blocks.shape, seed)
+    magnitude = _SIGNED.encode(jax.lax.bitcast_convert_type(bits & 0x7FFFFFFF, jnp.float32), noise)
+    sign = jax.lax.shift_right_logical(bits, 31) << 7
+    return (sign | magnitude).astype(jnp.uint8)
+
+
+def decode_signed_blocks(q: BlockQuantized) -> jax.Array:
+    """The float32 blocks ``(num_blocks, block_size)`` that signed codes stand for."""
+    code = q.codes.astype(jnp.int32)
+    magnitude = _SIGNED.decode(code & 0x7F)
+    signed = jax.lax.bitcast_convert_type(
+        jax.lax.bitcast_convert_type(magnitude, jnp.int32) | ((code >> 7) << 31), jnp.float32
+    )
+    return signed * q.scale[:, None]
+
+
+def encode_root_blocks(root_blocks: jax.Array, scale: jax.Array, seed: jax.Array | None = None) -> jax.Array:
+    """uint8 codes of non-negative ``root_blocks / scale`` (``root <= scale``): 4 exponent and 4 mantissa bits.
+
+    Rounded to nearest, or stochastically with :func:`dither` bits of ``seed`` when it is given.
+    """
+    noise = None if seed is None else dither(root_blocks.shape, seed)
+    y = root_blocks.astype(jnp.float32) * _inverse(scale)[:, None]
+    return _UNSIGNED.encode(y, noise).astype(jnp.uint8)
+
+
+def decode_root_blocks(q: BlockQuantized) -> jax.Array:
+    """The float32 non-negative blocks that unsigned codes stand for (:math:`\\sqrt{\\nu}` for second moments)."""
+    return _UNSIGNED.decode(q.codes.astype(jnp.int32)) * q.scale[:, None]
+
+
+def encode_signed(x: jax.Array, block_size: int) -> BlockQuantized:
+    """Block-wise 8-bit codes of a real array, scaled by each block's exact absmax."""
+    x_blocks = blocks(x.astype(jnp.float32), block_size)
+    scale = block_absmax(x_blocks)
+    return BlockQuantized(encode_signed_blocks(x_blocks, scale), scale)
+
+
+def decode_signed(q: BlockQuantized, shape: tuple[int, ...]) -> jax.Array:
+    """The float32 array of shape ``shape`` that :func:`encode_signed` codes stand for."""
+    return unblock(decode_signed_blocks(q), shape)
+
+
+def encode_second_moment(v: jax.Array, block_size: int) -> BlockQuantized:
+    """Block-wise 8-bit codes of a non-negative array ``v``: of :math:`\\sqrt{v}` relative to the block's largest."""
+    root = jnp.sqrt(blocks(v.astype(jnp.float32), block_size))
+    scale = jnp.max(root, axis=1)
+    return BlockQuantized(encode_root_blocks(root, scale), scale)
+
+
+def decode_second_moment(q: BlockQuantized, shape: tuple[int, ...]) -> jax.Array:
+    """The float32 array of shape ``shape`` that :func:`encode_second_moment` codes stand for."""
+    root = decode_root_blocks(q)
+    return unblock(root * root, shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class Blockwise8bit:
+    r"""Opt-in 8-bit block-wise storage of optimizer moments, for ``moments=`` of :func:`gradax.adam`,
+    :func:`gradax.adamw`, :func:`gradax.lion` and their ``scale_by_*``.
+
+    Each moment array with at least ``min_size`` elements is kept as a :class:`BlockQuantized`: one uint8 code per
+    element and one float32 scale per block of ``block_size`` elements, about
+    :math:`(1 + 4/\text{block\_size}) / 4` of the float32 bytes (0.254 for 256). Smaller arrays (biases, norms,
+    scalars) stay dense float32, as in bitsandbytes. The update itself is computed in float32 from the decoded
+    moments and the new gradient; only the stored state is rounded.
+
+    .. math::
+      s_b = \max_{i \in b} |m_i|, \quad c_i = Q(m_i / s_b), \quad \tilde m_i = s_b\, Q^{-1}(c_i).
+
+    :math:`Q` is a signed 8-bit float (sign, 4 exponent, 3 mantissa bits) for first moments and an unsigned one
+    (4 exponent, 4 mantissa bits) of :math:`\sqrt{\nu}` for second moments; see :mod:`gradax._quantization`.
+
+    Args:
+      block_size: elements per block (an int >= 1); smaller blocks adapt better to outliers, larger ones use less
+        memory for scales.
+      min_size: arrays with fewer elements stay dense float32 (an int >= 0; 0 quantizes every floating array).
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> opt = gradax.adamw(1e-3, moments=gradax.Blockwise8bit(block_size=256, min_size=0))
+      >>> state = opt.init({"w": jnp.zeros((300,))})
+      >>> state[0].mu["w"].codes.shape, state[0].mu["w"].codes.dtype
+      ((2, 256), dtype('uint8'))
+
+    References:
+      Dettmers, Lewis, Shleifer and Zettlemoyer, 2022, "8-bit Optimizers via Block-wise Quantization" (ICLR).
+    """
+
+    block_size: int = 256
+    min_size: int = 4096
+
+    def __post_init__(self):
+        check_int("Blockwise8bit", "block_size", self.block_size, low=1)
+        check_int("Blockwise8bit", "min_size", self.min_size, low=0)
+
+    def quantizes(self, leaf: Any) -> bool:
+        """Whether a parameter leaf (array or ShapeDtypeStruct) gets quantized moments."""
+        dtype = jnp.dtype(leaf.dtype)
+        return jnp.issubdtype(dtype, jnp.floating) and math.prod(jnp.shape(leaf)) >= self.min_size
+
+    def zeros(self, leaf: Any) -> BlockQuantized:
+        """The quantized zero moment of a parameter leaf."""
+        size = math.prod(jnp.shape(leaf))
+        num_blocks = -(-size // self.block_size)
+        return BlockQuantized(
+            jnp.zeros((num_blocks, self.block_size), jnp.uint8), jnp.zeros((num_blocks,), jnp.float32)
+        )
+
+
+MOMENTS_CHOICES = ("8bit",)
+
+
+def resolve_moments(api: str, moments: Any, mu_dtype: Any = None, nu_dtype: Any = None) -> Blockwise8bit | None:
+    """The storage of the moments asked for by ``moments=`` (None: dense), checked at construction."""
+    if moments is None:
+        return None
+    if isinstance(moments, str) and moments in MOMENTS_CHOICES:
+        moments = Blockwise8bit()
+    if not isinstance(moments, Blockwise8bit):
+        raise argument_error(
+            api, "moments", "None, '8bit' or a gradax.Blockwise8bit", moments, "Pass moments='8bit' for 8-bit moments"
+        )
+    for arg, value in (("mu_dtype", mu_dtype), ("nu_dtype", nu_dtype)):
+        if value is not None:
+            raise argument_error(
+                api, arg, "None when moments= is given", value, "Drop it: quantized moments are stored in 8 bits"
+            )
+    return moments
+
+
+def quantized_zeros(params: Any, storage: Blockwise8bit, dense_dtype: Any = None) -> Any:
+    """The initial moments of ``params``: :class:`BlockQuantized` for large floating leaves, dense zeros else."""
+
+    def leaf(p):
+        if storage.quantizes(p):
+            return storage.zeros(p)
+        return jnp.zeros(jnp.shape(p), state_dtype(p.dtype, dense_dtype))
+
+    return jax.tree.map(leaf, params)

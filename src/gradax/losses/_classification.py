@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from ._common import check_broadcastable, check_float, check_same_shape
+from ._common import check_broadcastable, check_float, same_shape_arrays
 
 Axis = int | tuple[int, ...] | None
 
@@ -110,9 +110,7 @@ def softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1,
       >>> gradax.losses.softmax_cross_entropy(jnp.array([1.0, 1.0]), jnp.array([1.0, 0.0]))
       Array(0.6931472, dtype=float32)
     """
-    logits = jnp.asarray(logits)
-    check_same_shape("softmax_cross_entropy", "labels", labels, "logits", logits)
-    labels = jnp.asarray(labels)
+    logits, labels = same_shape_arrays("softmax_cross_entropy", "logits", logits, "labels", labels)
     log_probs = jax.nn.log_softmax(logits, axis=axis, where=where)
     return -jnp.sum(labels * log_probs, axis=axis, where=where)
 
@@ -138,9 +136,7 @@ def safe_softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike) -> jax.Arra
       >>> gradax.losses.safe_softmax_cross_entropy(jnp.array([-jnp.inf, 0.0]), jnp.array([0.0, 1.0]))
       Array(0., dtype=float32)
     """
-    logits = jnp.asarray(logits)
-    check_same_shape("safe_softmax_cross_entropy", "labels", labels, "logits", logits)
-    labels = jnp.asarray(labels)
+    logits, labels = same_shape_arrays("safe_softmax_cross_entropy", "logits", logits, "labels", labels)
     log_probs = jax.nn.log_softmax(logits, axis=-1)
     terms = jnp.where(labels == 0, 0.0, labels * jnp.where(labels == 0, 0.0, log_probs))
     return -jnp.sum(terms, axis=-1)
@@ -207,6 +203,13 @@ def softmax_cross_entropy_with_integer_labels(
     return log_normalizers - label_logits
 
 
+def _scores_and_one_hot(scores: ArrayLike, labels: ArrayLike) -> tuple[jax.Array, jax.Array]:
+    """``scores`` as an array and the one-hot encoding of the integer ``labels`` over its last (class) axis, in the
+    dtype of the scores: the opening of the multiclass margin losses."""
+    scores = jnp.asarray(scores)
+    return scores, jax.nn.one_hot(jnp.asarray(labels), scores.shape[-1], dtype=scores.dtype)
+
+
 def multiclass_hinge_loss(scores: ArrayLike, labels: ArrayLike) -> jax.Array:
     r"""Multiclass hinge loss (Crammer-Singer).
 
@@ -225,9 +228,7 @@ def multiclass_hinge_loss(scores: ArrayLike, labels: ArrayLike) -> jax.Array:
       >>> gradax.losses.multiclass_hinge_loss(jnp.array([1.0, 2.0, -1.0]), jnp.array(0))
       Array(2., dtype=float32)
     """
-    scores = jnp.asarray(scores)
-    labels = jnp.asarray(labels)
-    one_hot = jax.nn.one_hot(labels, scores.shape[-1], dtype=scores.dtype)
+    scores, one_hot = _scores_and_one_hot(scores, labels)
     label_scores = jnp.sum(scores * one_hot, axis=-1)
     return jnp.max(scores + 1.0 - one_hot, axis=-1) - label_scores
 
@@ -250,9 +251,7 @@ def multiclass_perceptron_loss(scores: ArrayLike, labels: ArrayLike) -> jax.Arra
       >>> gradax.losses.multiclass_perceptron_loss(jnp.array([1.0, 2.0, -1.0]), jnp.array(0))
       Array(1., dtype=float32)
     """
-    scores = jnp.asarray(scores)
-    labels = jnp.asarray(labels)
-    one_hot = jax.nn.one_hot(labels, scores.shape[-1], dtype=scores.dtype)
+    scores, one_hot = _scores_and_one_hot(scores, labels)
     return jnp.max(scores, axis=-1) - jnp.sum(scores * one_hot, axis=-1)
 
 
@@ -283,9 +282,7 @@ def poly_loss_cross_entropy(
       Leng et al., `PolyLoss: A Polynomial Expansion Perspective of Classification Loss Functions
       <https://arxiv.org/abs/2204.12511>`_, 2022.
     """
-    logits = jnp.asarray(logits)
-    check_same_shape("poly_loss_cross_entropy", "labels", labels, "logits", logits)
-    labels = jnp.asarray(labels)
+    logits, labels = same_shape_arrays("poly_loss_cross_entropy", "logits", logits, "labels", labels)
     probs = jax.nn.softmax(logits, axis=axis, where=where)
     one_minus_pt = jnp.sum(labels * (1.0 - probs), axis=axis, where=where)
     cross_entropy = softmax_cross_entropy(logits, labels, axis=axis, where=where)
@@ -393,9 +390,8 @@ def sparsemax_loss(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
     References:
       Martins and Astudillo, `From Softmax to Sparsemax <https://arxiv.org/abs/1602.02068>`_, 2016.
     """
-    logits = jnp.asarray(logits)
-    check_same_shape("sparsemax_loss", "labels", labels, "logits", logits)
-    z = jnp.where(jnp.asarray(labels) != 0, -logits, logits)
+    logits, labels = same_shape_arrays("sparsemax_loss", "logits", logits, "labels", labels)
+    z = jnp.where(labels != 0, -logits, logits)
     return jnp.where(z <= -1.0, 0.0, jnp.where(z >= 1.0, z, 0.25 * jnp.square(z + 1.0)))
 
 

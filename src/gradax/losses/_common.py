@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 
@@ -18,6 +19,14 @@ def check_same_shape(api: str, arg: str, value: Any, ref_arg: str, ref: Any) -> 
             f"{api}({arg}=...) must have the shape of `{ref_arg}` {shape_of(ref)}; got shape {shape_of(value)}. "
             f"Pass `{arg}` with shape {shape_of(ref)}."
         )
+
+
+def same_shape_arrays(api: str, ref_arg: str, ref: Any, arg: str, value: Any) -> tuple[jax.Array, jax.Array]:
+    """``ref`` and ``value`` as arrays, after checking that ``value`` has the shape of ``ref`` (the usual opening of a
+    loss of two same-shaped inputs: ``logits, labels = same_shape_arrays(api, "logits", logits, "labels", labels)``)."""
+    ref = jnp.asarray(ref)
+    check_same_shape(api, arg, value, ref_arg, ref)
+    return ref, jnp.asarray(value)
 
 
 def check_broadcastable(api: str, arg: str, value: Any, ref_arg: str, ref: Any) -> None:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from ._common import check_same_shape
+from ._common import same_shape_arrays
 
 Axis = int | tuple[int, ...] | None
 
@@ -50,9 +50,9 @@ def kl_divergence(
     References:
       Kullback and Leibler, `On Information and Sufficiency <https://www.jstor.org/stable/2236703>`_, 1951.
     """
-    log_predictions = jnp.asarray(log_predictions)
-    check_same_shape("kl_divergence", "targets", targets, "log_predictions", log_predictions)
-    targets = jnp.asarray(targets)
+    log_predictions, targets = same_shape_arrays(
+        "kl_divergence", "log_predictions", log_predictions, "targets", targets
+    )
     return jnp.sum(_entropy_terms(log_predictions, targets), axis=axis, where=where)
 
 
@@ -81,9 +81,9 @@ def kl_divergence_with_log_targets(
       >>> gradax.losses.kl_divergence_with_log_targets(q, jnp.log(jnp.array([1.0, 0.0])))
       Array(0.6931472, dtype=float32)
     """
-    log_predictions = jnp.asarray(log_predictions)
-    check_same_shape("kl_divergence_with_log_targets", "log_targets", log_targets, "log_predictions", log_predictions)
-    log_targets = jnp.asarray(log_targets)
+    log_predictions, log_targets = same_shape_arrays(
+        "kl_divergence_with_log_targets", "log_predictions", log_predictions, "log_targets", log_targets
+    )
     zero = log_targets == -jnp.inf
     safe_log_p = jnp.where(zero, 0.0, log_targets)
     safe_log_q = jnp.where(zero, 0.0, log_predictions)
@@ -118,9 +118,9 @@ def generalized_kl_divergence(
     References:
       Bregman, The relaxation method of finding the common point of convex sets, 1967.
     """
-    log_predictions = jnp.asarray(log_predictions)
-    check_same_shape("generalized_kl_divergence", "targets", targets, "log_predictions", log_predictions)
-    targets = jnp.asarray(targets)
+    log_predictions, targets = same_shape_arrays(
+        "generalized_kl_divergence", "log_predictions", log_predictions, "targets", targets
+    )
     terms = _entropy_terms(log_predictions, targets) - targets + jnp.exp(log_predictions)
     return jnp.sum(terms, axis=axis, where=where)
 

@@ -7,7 +7,9 @@ from . import Entry
 
 _LOSSES = "tests/losses/test_oracle.py"
 
-_LOSS_NAMES = [
+# The public names of gradax.losses, all covered by tests/losses/test_oracle.py (which checks this list against its
+# case table), and those of them that are also top-level names of gradax (Optax's aliases).
+LOSS_NAMES = [
     "binary_dice_loss",
     "convex_kl_divergence",
     "cosine_distance",
@@ -42,7 +44,7 @@ _LOSS_NAMES = [
     "triplet_margin_loss",
 ]
 
-_TOP_LEVEL_LOSSES = [
+TOP_LEVEL_LOSSES = [
     "convex_kl_divergence",
     "cosine_distance",
     "cosine_similarity",
@@ -129,6 +131,6 @@ COVERED = {
     "assignment.hungarian_algorithm": "tests/assignment/test_hungarian.py",
     "assignment.base_hungarian_algorithm": "tests/assignment/test_hungarian.py",
     **{f"projections.{name}": "tests/projections/test_projections.py" for name in _PROJECTIONS},
-    **{f"losses.{name}": _LOSSES for name in _LOSS_NAMES},
-    **{name: _LOSSES for name in _TOP_LEVEL_LOSSES},
+    **{f"losses.{name}": _LOSSES for name in LOSS_NAMES},
+    **{name: _LOSSES for name in TOP_LEVEL_LOSSES},
 }

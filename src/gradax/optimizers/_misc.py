@@ -121,6 +121,19 @@ def centralize() -> GradientTransformation:
     return GradientTransformation(init_empty_state, update)
 
 
+def _scale_by_param_block(api, min_scale, block_factor):
+    """Multiplies each array of updates by ``block_factor(param, min_scale)``, a scalar of its parameter array (checks
+    ``min_scale >= 0``; ``update`` needs ``params``)."""
+    check_non_negative(api, "min_scale", min_scale)
+
+    def update(updates, state, params=None):
+        check_needs(api, "params", params)
+        m = as_value(min_scale)
+        return jax.tree.map(lambda u, p: (u * block_factor(p, m)).astype(u.dtype), updates, params), state
+
+    return GradientTransformation(init_empty_state, update)
+
+
 def scale_by_param_block_norm(min_scale: ArrayLike = 1e-3) -> GradientTransformation:
     r"""Multiplies each array of updates by the L2 norm of its parameters: :math:`u \leftarrow u \max(\|\theta\|,
     m)`.
@@ -137,14 +150,7 @@ def scale_by_param_block_norm(min_scale: ArrayLike = 1e-3) -> GradientTransforma
       >>> tx.update(jnp.ones(2), tx.init(None), jnp.array([3.0, 4.0]))[0]
       Array([5., 5.], dtype=float32)
     """
-    check_non_negative("scale_by_param_block_norm", "min_scale", min_scale)
-
-    def update(updates, state, params=None):
-        check_needs("scale_by_param_block_norm", "params", params)
-        m = as_value(min_scale)
-        return jax.tree.map(lambda u, p: (u * safe_norm(p, m)).astype(u.dtype), updates, params), state
-
-    return GradientTransformation(init_empty_state, update)
+    return _scale_by_param_block("scale_by_param_block_norm", min_scale, safe_norm)
 
 
 def scale_by_param_block_rms(min_scale: ArrayLike = 1e-3) -> GradientTransformation:
@@ -166,14 +172,4 @@ def scale_by_param_block_rms(min_scale: ArrayLike = 1e-3) -> GradientTransformat
     References:
       Shazeer and Stern, 2018, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost".
     """
-    check_non_negative("scale_by_param_block_rms", "min_scale", min_scale)
-
-    def update(updates, state, params=None):
-        check_needs("scale_by_param_block_rms", "params", params)
-        m = as_value(min_scale)
-        return (
-            jax.tree.map(lambda u, p: (u * safe_root_mean_squares(p, m)).astype(u.dtype), updates, params),
-            state,
-        )
-
-    return GradientTransformation(init_empty_state, update)
+    return _scale_by_param_block("scale_by_param_block_rms", min_scale, safe_root_mean_squares)

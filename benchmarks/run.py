@@ -175,25 +175,28 @@ class Workload:
 
 
 def _torch_adamw(kind: str) -> Callable:
-    """torch.optim equivalents; returns a builder (params, grads) -> step callable."""
+    """torch.optim equivalents; returns a builder (params, grads) -> step callable.
+
+    AdamW and SGD use ``fused=True``, torch's fastest CPU implementation (measured on these machines: about 5x
+    faster than ``foreach=True`` and the for-loop); Adafactor has no fused kernel and uses ``foreach=True``."""
 
     def build(params: list, grads: list) -> Callable[[], None]:
         for p, g in zip(params, grads):
             p.grad = g.clone()
         if kind == "adamw":
-            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4, foreach=True)
+            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4, fused=True)
         elif kind == "sgd":
-            opt = torch.optim.SGD(params, lr=1e-2, momentum=0.9, nesterov=True, foreach=True)
+            opt = torch.optim.SGD(params, lr=1e-2, momentum=0.9, nesterov=True, fused=True)
         elif kind == "adafactor":
             opt = torch.optim.Adafactor(params, lr=1e-2, foreach=True)
         elif kind == "partition":
             dec = [p for p in params if p.ndim >= 2]
             nod = [p for p in params if p.ndim < 2]
             opt = torch.optim.AdamW(
-                [{"params": dec, "weight_decay": 1e-4}, {"params": nod, "weight_decay": 0.0}], lr=1e-3, foreach=True
+                [{"params": dec, "weight_decay": 1e-4}, {"params": nod, "weight_decay": 0.0}], lr=1e-3, fused=True
             )
         elif kind == "clip":
-            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4, foreach=True)
+            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4, fused=True)
             sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
 
             def step() -> None:
@@ -206,7 +209,7 @@ def _torch_adamw(kind: str) -> Callable:
             acc = [torch.zeros_like(p) for p in params]
             return lambda: torch._foreach_add_(acc, grads)
         elif kind == "multisteps":
-            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4, foreach=True)
+            opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4, fused=True)
             acc = [torch.zeros_like(p) for p in params]
             counter = [0]
 

@@ -28,8 +28,8 @@ def _run(tx, lib, steps=8, dtype=jnp.float32):
     return outs, state
 
 
-def _both(make, rtol=1e-4, atol=1e-5):
-    # rtol 1e-4: SVD-based projectors; sign/rounding of the SVD is the same LAPACK call, products may reorder
+def _both(make, rtol=1e-5, atol=1e-6):
+    # the same LAPACK SVD and the same products as Optax: within a third of these tolerances over 8 steps
     ug, sg = _run(make(gradax), gradax)
     uo, so = _run(make(optax), optax)
     assert_trees_close(ug, uo, rtol, atol)

@@ -13,6 +13,7 @@ from .._checks import check_decay, check_needs, check_non_negative
 from .._hyperparams import as_value, hyperparam_dtype, value_at
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
+from ._dadapt_common import tensor_vdot
 
 
 class MomoState(NamedTuple):
@@ -61,22 +62,23 @@ def _scalar(x) -> jax.Array:
     return jnp.asarray(as_value(x))
 
 
-def _step_size(lr, wd, fbar, gamma, d_dot_x, d_norm_sq, lb, adapt, lower_bound):
+def _step_size(lr, wd, rho, fbar, gamma, d_dot_x, d_norm_sq, lb, adapt, lower_bound):
     """Step size of the truncated momentum model, its shrink factor and the next lower bound.
 
-    ``fbar``, ``gamma``, ``d_dot_x`` and ``d_norm_sq`` are the (bias-corrected) model terms. With ``adapt``, a stored
-    bound at which the model's Polyak numerator ``(1 + lr wd)(fbar - gamma - lb) + <d, x>`` would be negative is first
-    reset to half the level where that numerator vanishes.
+    ``fbar``, ``gamma``, ``d_dot_x`` and ``d_norm_sq`` are the averages without bias correction and ``rho`` is the
+    bias correction (1 for momo), in Optax 0.2.8's order of operations. With ``adapt``, a stored bound at which the
+    Polyak numerator ``(1 + lr wd)(fbar - rho lb - gamma) + <d, x>`` would be negative is first reset to half the level
+    where that numerator vanishes.
     """
     shrink = 1.0 + lr * wd
     if adapt:
         cap = shrink * (fbar - gamma) + d_dot_x
-        lb = jnp.where(cap < shrink * lb, jnp.maximum(cap / (2.0 * shrink), lower_bound), lb)
-    numerator = jnp.maximum(shrink * (fbar - gamma - lb) + d_dot_x, 0.0)
+        lb = jnp.where(cap < shrink * rho * lb, jnp.maximum(cap / (2.0 * rho * shrink), lower_bound), lb)
+    numerator = jnp.maximum(shrink * (fbar - rho * lb - gamma) + d_dot_x, 0.0)
     safe_norm = jnp.where(d_norm_sq > 0, d_norm_sq, 1.0)
-    tau = jnp.minimum(lr, jnp.where(d_norm_sq > 0, numerator / safe_norm, 0.0))
+    tau = jnp.minimum(lr / rho, jnp.where(d_norm_sq > 0, numerator / safe_norm, 0.0))
     if adapt:
-        lb = jnp.maximum(fbar + d_dot_x - gamma - 0.5 * tau * d_norm_sq, lower_bound)
+        lb = jnp.maximum(((fbar + d_dot_x - gamma) - 0.5 * tau * d_norm_sq) / rho, lower_bound)
     return tau, shrink, lb
 
 
@@ -87,18 +89,19 @@ def _hyperparams(api, learning_rate, weight_decay, lower_bound, state, params, v
     return value_at(learning_rate, state.count), value_at(weight_decay, state.count), _scalar(lower_bound)
 
 
-def _model_step(hp, adapt, b, rho, state, value, sums, updates, direction, params):
+def _model_step(hp, adapt, decay_pair, rho, state, value, sums, updates, direction, params):
     """Shared tail of momo and momo_adam: averages the loss model, picks the step size and takes the proximal step.
 
-    ``sums`` holds the per-leaf trees of <g, x>, <d, x> / rho and <d, direction> / rho; ``direction`` is the per-leaf
-    step direction (d_t, or the preconditioned bias-corrected momentum). Returns the updates and the new
-    (barf, gamma, lb).
+    ``decay_pair`` is (b, 1 - b) of the loss model's averages; ``sums`` holds the per-leaf trees of <g, x>, <d, x> and <d, direction>; ``direction`` is the per-leaf step
+    direction (d_t, or the preconditioned momentum d_t / D_t); ``rho`` the bias correction of d_t (1 for momo).
+    Returns the updates and the new (barf, gamma, lb).
     """
     lr, wd, lb0 = hp
     gx, dx, dd = sums
-    barf = b * state.barf + (1 - b) * jnp.asarray(value, hyperparam_dtype())
-    gamma = b * state.gamma + (1 - b) * _tree_sum(gx)
-    tau, shrink, lb = _step_size(lr, wd, barf / rho, gamma / rho, _tree_sum(dx), _tree_sum(dd), state.lb, adapt, lb0)
+    b, one_b = decay_pair
+    barf = b * state.barf + one_b * jnp.asarray(value, hyperparam_dtype())
+    gamma = b * state.gamma + one_b * _tree_sum(gx)
+    tau, shrink, lb = _step_size(lr, wd, rho, barf, gamma, _tree_sum(dx), _tree_sum(dd), state.lb, adapt, lb0)
     decay = lr * wd
 
     def step(g, p, x):
@@ -174,10 +177,12 @@ def momo(
         def moments(g, d, x):
             gc, xc = g.astype(compute_dtype(g.dtype)), x.astype(compute_dtype(x.dtype))
             d_new = b * d + (1 - b) * gc
-            return d_new.astype(d.dtype), jnp.sum(gc * xc), jnp.sum(d_new * xc), jnp.sum(d_new * d_new)
+            return d_new.astype(d.dtype), tensor_vdot(gc, xc), tensor_vdot(d_new, xc), jnp.sum(d_new * d_new)
 
         exp_avg, *sums = map_n(4, moments, updates, state.exp_avg, params)
-        out, barf, gamma, lb = _model_step(hp, adapt_lower_bound, b, 1.0, state, value, sums, updates, exp_avg, params)
+        out, barf, gamma, lb = _model_step(
+            hp, adapt_lower_bound, (b, 1 - b), 1.0, state, value, sums, updates, exp_avg, params
+        )
         return out, MomoState(exp_avg, barf, gamma, lb, safe_int32_increment(state.count))
 
     return GradientTransformationExtraArgs(init, update)
@@ -252,23 +257,23 @@ def momo_adam(
     def update(updates, state, params=None, *, value=None, **extra):
         del extra
         hp = _hyperparams(api, learning_rate, weight_decay, lower_bound, state, params, value)
+        # 1 - b from the float32 b (as bias corrections and inject_hyperparams see it; docs/differences.md, Adam family)
         beta1, beta2, e = _scalar(b1), _scalar(b2), _scalar(eps)
         count = safe_int32_increment(state.count)
-        t = count.astype(hyperparam_dtype())
-        rho = 1.0 - beta1**t
-        bc2 = 1.0 - beta2**t
+        rho = 1.0 - beta1**count
+        bc2 = 1.0 - beta2**count
 
         def moments(g, d, v, x):
             gc, xc = g.astype(compute_dtype(g.dtype)), x.astype(compute_dtype(x.dtype))
             d_new = beta1 * d + (1 - beta1) * gc
             v_new = beta2 * v + (1 - beta2) * gc * gc
-            dhat_over_D = d_new / rho / (e + jnp.sqrt(v_new / bc2))
-            dx, dd = jnp.sum(d_new * xc) / rho, jnp.sum(d_new * dhat_over_D) / rho
-            return d_new.astype(d.dtype), v_new.astype(v.dtype), dhat_over_D, jnp.sum(gc * xc), dx, dd
+            d_over_D = d_new / (e + jnp.sqrt(v_new / bc2))
+            dx, dd = tensor_vdot(d_new, xc), tensor_vdot(d_new, d_over_D)
+            return d_new.astype(d.dtype), v_new.astype(v.dtype), d_over_D, tensor_vdot(gc, xc), dx, dd
 
         exp_avg, exp_avg_sq, direction, *sums = map_n(6, moments, updates, state.exp_avg, state.exp_avg_sq, params)
         out, barf, gamma, lb = _model_step(
-            hp, adapt_lower_bound, beta1, rho, state, value, sums, updates, direction, params
+            hp, adapt_lower_bound, (beta1, 1 - beta1), rho, state, value, sums, updates, direction, params
         )
         return out, MomoAdamState(exp_avg, exp_avg_sq, barf, gamma, lb, count)
 

@@ -36,8 +36,6 @@ ENTRIES += [
         {"learning_rate": 1e-2, "update_interval": 2},
         needs_params=True,
         extra_args=_sophia_obj_fn,
-        rtol=1e-4,
-        atol=1e-5,
     ),
 ]
 

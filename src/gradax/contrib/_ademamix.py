@@ -20,6 +20,20 @@ from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 
 
+def _check_moments(api, b1, b2, alpha, eps, eps_root) -> None:
+    """The checks both AdEMAMix variants share: two decays and non-negative alpha, eps, eps_root."""
+    check_decay(api, "b1", b1)
+    check_decay(api, "b2", b2)
+    check_non_negative(api, "alpha", alpha)
+    check_non_negative(api, "eps", eps)
+    check_non_negative(api, "eps_root", eps_root)
+
+
+def _with_decay_and_lr(scaler, weight_decay, mask, learning_rate) -> GradientTransformation:
+    """The recipe of both variants: the scaled direction, decoupled weight decay, then a step of -learning_rate."""
+    return chain(scaler, add_decayed_weights(weight_decay, mask), scale_by_learning_rate(learning_rate))
+
+
 class ScaleByAdemamixState(NamedTuple):
     """State of :func:`scale_by_ademamix`."""
 
@@ -74,12 +88,8 @@ def scale_by_ademamix(
       Pagliardini, Ablin and Grangier, 2024, "The AdEMAMix Optimizer: Better, Faster, Older" (arXiv:2409.03152).
     """
     api = "scale_by_ademamix"
-    check_decay(api, "b1", b1)
-    check_decay(api, "b2", b2)
+    _check_moments(api, b1, b2, alpha, eps, eps_root)
     check_decay(api, "b3", b3)
-    check_non_negative(api, "alpha", alpha)
-    check_non_negative(api, "eps", eps)
-    check_non_negative(api, "eps_root", eps_root)
 
     def init(params):
         return ScaleByAdemamixState(
@@ -157,11 +167,8 @@ def ademamix(
     References:
       Pagliardini, Ablin and Grangier, 2024, "The AdEMAMix Optimizer: Better, Faster, Older" (arXiv:2409.03152).
     """
-    return chain(
-        scale_by_ademamix(b1=b1, b2=b2, b3=b3, alpha=alpha, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
-    )
+    scaler = scale_by_ademamix(b1=b1, b2=b2, b3=b3, alpha=alpha, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype)
+    return _with_decay_and_lr(scaler, weight_decay, mask, learning_rate)
 
 
 class ScaleBySimplifiedAdEMAMixState(NamedTuple):
@@ -205,12 +212,7 @@ def scale_by_simplified_ademamix(
       Morwani et al., 2025, "Connections between Schedule-Free Optimizers, AdEMAMix, and Accelerated SGD Variants"
       (arXiv:2502.02431).
     """
-    api = "scale_by_simplified_ademamix"
-    check_decay(api, "b1", b1)
-    check_decay(api, "b2", b2)
-    check_non_negative(api, "alpha", alpha)
-    check_non_negative(api, "eps", eps)
-    check_non_negative(api, "eps_root", eps_root)
+    _check_moments("scale_by_simplified_ademamix", b1, b2, alpha, eps, eps_root)
 
     def init(params):
         return ScaleBySimplifiedAdEMAMixState(
@@ -276,8 +278,5 @@ def simplified_ademamix(
       Morwani et al., 2025, "Connections between Schedule-Free Optimizers, AdEMAMix, and Accelerated SGD Variants"
       (arXiv:2502.02431).
     """
-    return chain(
-        scale_by_simplified_ademamix(b1=b1, b2=b2, alpha=alpha, eps=eps, eps_root=eps_root),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
-    )
+    scaler = scale_by_simplified_ademamix(b1=b1, b2=b2, alpha=alpha, eps=eps, eps_root=eps_root)
+    return _with_decay_and_lr(scaler, weight_decay, mask, learning_rate)

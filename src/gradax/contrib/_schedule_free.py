@@ -16,7 +16,7 @@ from .._base import (
     with_extra_args_support,
 )
 from .._checks import argument_error, check_int, check_interval, check_needs, check_non_negative
-from .._hyperparams import as_value, hyperparam_dtype, is_schedule, value_at
+from .._hyperparams import as_value, hyperparam_dtype, value_at
 from .._numerics import compute_dtype, safe_int32_increment
 from ..optimizers._rms import scale_by_rms
 from ..optimizers._sgd import sgd
@@ -197,10 +197,18 @@ def schedule_free_eval_params(state: Any, params: Params) -> Params:
     return jax.tree.map(leaf, params, z)
 
 
-def _warmup(learning_rate, warmup_steps):
-    if warmup_steps is None:
-        return learning_rate
-    return warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
+def _recipe(api, build, learning_rate, warmup_steps, b1, weight_decay, weight_lr_power, state_dtype):
+    """The part both recipes share: checks, the optional linear warmup of the learning rate, then
+    ``schedule_free(build(lr), lr, ...)``."""
+    _check_common(api, learning_rate, b1, weight_lr_power)
+    if warmup_steps is not None:
+        check_int(api, "warmup_steps", warmup_steps, low=0)
+        learning_rate = warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
+    if weight_decay is not None:
+        check_non_negative(api, "weight_decay", weight_decay)
+    return schedule_free(
+        build(learning_rate), learning_rate, b1=b1, weight_lr_power=weight_lr_power, state_dtype=state_dtype
+    )
 
 
 def schedule_free_sgd(
@@ -239,17 +247,13 @@ def schedule_free_sgd(
     References:
       Defazio et al., `The Road Less Scheduled <https://arxiv.org/abs/2405.15682>`_, NeurIPS 2024.
     """
-    api = "schedule_free_sgd"
-    _check_common(api, learning_rate, b1, weight_lr_power)
-    if warmup_steps is not None:
-        check_int(api, "warmup_steps", warmup_steps, low=0)
-    if weight_decay is not None:
-        check_non_negative(api, "weight_decay", weight_decay)
-    learning_rate = _warmup(learning_rate, warmup_steps)
-    optimizer = sgd(learning_rate)
-    if weight_decay is not None:
-        optimizer = chain(add_decayed_weights(weight_decay), optimizer)
-    return schedule_free(optimizer, learning_rate, b1=b1, weight_lr_power=weight_lr_power, state_dtype=state_dtype)
+
+    def build(lr):
+        return sgd(lr) if weight_decay is None else chain(add_decayed_weights(weight_decay), sgd(lr))
+
+    return _recipe(
+        "schedule_free_sgd", build, learning_rate, warmup_steps, b1, weight_decay, weight_lr_power, state_dtype
+    )
 
 
 def schedule_free_adamw(
@@ -294,17 +298,14 @@ def schedule_free_adamw(
       Defazio et al., `The Road Less Scheduled <https://arxiv.org/abs/2405.15682>`_, NeurIPS 2024.
     """
     api = "schedule_free_adamw"
-    _check_common(api, learning_rate, b1, weight_lr_power)
-    if warmup_steps is not None:
-        check_int(api, "warmup_steps", warmup_steps, low=0)
     check_interval(api, "b2", b2, 0.0, 1.0, high_closed=False)
     check_non_negative(api, "eps", eps)
-    if not is_schedule(weight_decay):
-        check_non_negative(api, "weight_decay", weight_decay)
-    learning_rate = _warmup(learning_rate, warmup_steps)
-    optimizer = chain(
-        scale_by_rms(decay=b2, eps=eps, eps_in_sqrt=False, bias_correction=True),
-        add_decayed_weights(weight_decay),
-        scale_by_learning_rate(learning_rate),
-    )
-    return schedule_free(optimizer, learning_rate, b1=b1, weight_lr_power=weight_lr_power, state_dtype=state_dtype)
+
+    def build(lr):
+        return chain(
+            scale_by_rms(decay=b2, eps=eps, eps_in_sqrt=False, bias_correction=True),
+            add_decayed_weights(weight_decay),
+            scale_by_learning_rate(lr),
+        )
+
+    return _recipe(api, build, learning_rate, warmup_steps, b1, weight_decay, weight_lr_power, state_dtype)

@@ -82,6 +82,8 @@ BYTES_PER_PARAM = {
     "multisteps_micro": 28,
     # bf16 params and grads, float32 moments: read p (2), g (2), m (4), v (4) + write p (2), m (4), v (4)
     "adamw_bf16": 22,
+    # gradax's 8-bit moments: read p, g (8), m, v codes (2) + write p (4), m, v codes (2); block scales ignored
+    "adamw_8bit": 16,
 }
 
 # Workloads whose step time torch can run (name -> builder below).
@@ -96,6 +98,7 @@ DESCRIPTIONS = {
     "multisteps_adamw": "MultiSteps(adamw, 4), per micro-step",
     "multisteps_micro": "MultiSteps(adamw), a micro-step that only accumulates",
     "adamw_bf16": "AdamW, bf16 params and grads",
+    "adamw_8bit": "AdamW, gradax 8-bit block-wise moments vs Optax float32",
     "compile_clip_adamw": "compile time only: clip+AdamW chain",
     "lbfgs_rosenbrock": "L-BFGS on Rosenbrock, time to converge",
 }
@@ -172,6 +175,8 @@ class Workload:
     torch_step: Callable[[list, list], Callable[[], None]] | None = None  # (params, grads) -> step()
     steps_multiple: int = 1
     notes: list[str] = field(default_factory=list)
+    # more gradax columns, timed like the others: name -> (gradax module) -> GradientTransformation
+    extra: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
 
 
 def _torch_adamw(kind: str) -> Callable:
@@ -288,6 +293,13 @@ def build_workloads(size: str) -> list[Workload]:
             torch_step=_torch_adamw("adamw"),
             notes=["torch keeps bf16 moments for bf16 params (gradax/optax keep float32): fewer bytes for torch"],
         ),
+        Workload(
+            "adamw_8bit",
+            gpt,
+            lambda o: o.adamw(1e-3, weight_decay=1e-4, **({"moments": "8bit"} if o is gradax else {})),
+            extra={"gradax_fp32": lambda o: o.adamw(1e-3, weight_decay=1e-4)},
+            notes=["the gradax column is adamw(moments='8bit'), the optax column float32 AdamW"],
+        ),
     ]
     return wl
 
@@ -338,8 +350,8 @@ class JaxRun:
     hlo: str
 
 
-def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict) -> JaxRun:
-    opt = wl.make_opt(mod)
+def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict, make: Callable | None = None) -> JaxRun:
+    opt = (make or wl.make_opt)(mod)
     params = jax.tree.map(jnp.asarray, params_np)
     grads = jax.tree.map(jnp.asarray, grads_np)
     state = jax.jit(opt.init)(params)
@@ -387,8 +399,11 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
     steps = max(wl.steps_multiple, steps - steps % wl.steps_multiple)
     runs: dict[str, Any] = {}
     compile_s: dict[str, float] = {}
-    for name, mod in (("gradax", gradax), ("optax", optax)):
-        r = prepare_jax(wl, mod, params_np, grads_np)
+    impls = [("gradax", gradax, None), ("optax", optax, None), *((n, gradax, f) for n, f in wl.extra.items())]
+    state_bytes: dict[str, int] = {}
+    for name, mod, make in impls:
+        r = prepare_jax(wl, mod, params_np, grads_np, make)
+        state_bytes[name] = sum(x.nbytes for x in jax.tree.leaves(r.state))
         compile_s[name] = r.compile_s
         if hlo_dir:
             os.makedirs(hlo_dir, exist_ok=True)
@@ -409,6 +424,15 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
             times[name].append(time_jax(r, steps) if name != "torch" else time_torch(r, steps))
     del runs
     gc.collect()
+    notes = list(wl.notes)
+    if wl.extra:
+        med = {k: statistics.median(v) for k, v in times.items()}
+        for k in wl.extra:
+            notes.append(
+                f"step gradax / {k} = {ratio(med['gradax'], med[k])}, optimizer state gradax / {k} = "
+                f"{state_bytes['gradax'] / state_bytes[k]:.3f} ({state_bytes['gradax'] / 1e6:.2f} MB vs "
+                f"{state_bytes[k] / 1e6:.2f} MB; optax {state_bytes['optax'] / 1e6:.2f} MB)"
+            )
     return {
         "kind": "step",
         "params": n_params(wl.shapes),
@@ -418,7 +442,8 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
         "steps_per_repeat": steps,
         "compile_s": compile_s,
         "step_s": {k: summarize(v) for k, v in times.items()},
-        "notes": wl.notes,
+        "state_bytes": state_bytes,
+        "notes": notes,
     }
 
 

@@ -1,21 +1,36 @@
-r"""Block-wise 8-bit storage of optimizer moments (Dettmers et al., 2022).
+r"""Block-wise 8-bit storage of optimizer moments (after Dettmers et al., 2022).
 
 A moment array is flattened, padded with zeros to a multiple of ``block_size`` and cut into blocks. Each block keeps
-one float32 scale, its largest magnitude :math:`s_b = \max_{i \in b} |x_i|`, and one 8-bit code per element for
+one float32 scale :math:`s_b \ge \max_{i \in b} |x_i|` and one 8-bit code per element for
 :math:`y_i = x_i / s_b \in [-1, 1]`. A step decodes the codes to float32, does the optimizer's arithmetic in float32
-and encodes the new moments again.
+(the update of the step uses these unrounded moments) and encodes the new moments again.
 
 The 8-bit codes are small floating-point numbers relative to the block's scale, encoded and decoded with integer
 operations on the float32 bit pattern (no table look-up, no transcendental functions, so they vectorize well on CPU):
 
 * signed moments (Adam's and Lion's first moment): 1 sign bit, 4 exponent bits, 3 mantissa bits: magnitudes from
   :math:`2^{-15}` to 1 of the block's scale, relative rounding error at most :math:`2^{-4}` (6.25%);
-* non-negative moments (Adam's second moment :math:`\nu`): the code stores :math:`\sqrt{\nu}/\sqrt{\max_b \nu}` with
-  4 exponent bits and 4 mantissa bits (no sign bit is needed): the denominator :math:`\sqrt{\nu}` of Adam's update is
-  kept within :math:`2^{-5}` (3.1%) relative error over 16 binades, i.e. :math:`\nu` over 32 binades (down to
+* non-negative moments (Adam's second moment :math:`\nu`): the code stores :math:`\sqrt{\nu}/s_b` with 4 exponent
+  bits and 4 mantissa bits (no sign bit is needed): the denominator :math:`\sqrt{\nu}` of Adam's update is kept
+  within :math:`2^{-5}` (3.1%) relative error over 16 binades, i.e. :math:`\nu` over 32 binades (down to
   :math:`2.3 \cdot 10^{-10}` of the block's largest value).
 
-Code 0 is an exact zero; magnitudes below the smallest code are flushed to zero. Rounding is to nearest.
+Code 0 is an exact zero; magnitudes below the smallest code are flushed to zero. Because a float code has the same
+relative precision at every magnitude, the scale need not be the exact block absmax, only an upper bound: the
+optimizers update it as :math:`s_b \leftarrow \beta s_b + (1-\beta) \max_{i \in b} |g_i|` (for :math:`\sqrt{\nu}`:
+:math:`\sqrt{\beta_2 s_b^2 + (1-\beta_2) \max_b g^2}`), which bounds the new moments from the old scale and one
+reduction over the gradient, instead of a second pass over the new moments (on XLA:CPU that pass materializes the
+float32 moments and made the step 2-3x slower). The slack only moves the window of 16 binades up by a few binades.
+
+The optimizers round stochastically (:func:`dither`, a stateless hash of the element's index and the step count):
+with round-to-nearest, an increment of a moving average smaller than half a code step (:math:`(1-\beta_2)\, g^2` for
+:math:`\beta_2 = 0.999`, or Lion's :math:`(1-\beta_2)\, g` for :math:`\beta_2 = 0.99`) would always be lost and the
+moment would freeze; stochastic rounding keeps it on average.
+
+Measured (XLA:CPU, lognormal moments over ~6 decades): signed codes median relative error 2.2% (p99 5.7%),
+:math:`\sqrt{\nu}` median 1.1% (p99 2.8%). ``jnp.float8_e4m3fn`` codes scaled to 448 give the same first-moment error
+(and 2.2% on :math:`\sqrt{\nu}`), e5m2 twice that, and their converts took 1.3-1.4x the time of these integer codes on
+CPU.
 """
 
 from __future__ import annotations
@@ -160,7 +175,7 @@ def encode_signed_blocks(x_blocks: jax.Array, scale: jax.Array, seed: jax.Array 
     bits = jax.lax.bitcast_convert_type(y, jnp.int32)
     noise = None if seed is None else dither(x_blocks.shape, seed)
     magnitude = _SIGNED.encode(jax.lax.bitcast_convert_type(bits & 0x7FFFFFFF, jnp.float32), noise)
-    sign = jax.lax.shift_right_logical(bits, 31) << 7
+    sign = jax.lax.shift_right_logical(bits, jnp.int32(31)) << 7
     return (sign | magnitude).astype(jnp.uint8)
 
 
@@ -226,10 +241,12 @@ class Blockwise8bit:
     moments and the new gradient; only the stored state is rounded.
 
     .. math::
-      s_b = \max_{i \in b} |m_i|, \quad c_i = Q(m_i / s_b), \quad \tilde m_i = s_b\, Q^{-1}(c_i).
+      s_b \leftarrow \beta s_b + (1 - \beta) \max_{i \in b} |g_i| \ \ (\ge \max_{i \in b} |m_i|), \quad
+      c_i = Q(m_i / s_b), \quad \tilde m_i = s_b\, Q^{-1}(c_i).
 
     :math:`Q` is a signed 8-bit float (sign, 4 exponent, 3 mantissa bits) for first moments and an unsigned one
-    (4 exponent, 4 mantissa bits) of :math:`\sqrt{\nu}` for second moments; see :mod:`gradax._quantization`.
+    (4 exponent, 4 mantissa bits) of :math:`\sqrt{\nu}` for second moments, with stochastic rounding; see
+    :mod:`gradax._quantization` for the choice and its measurements.
 
     Args:
       block_size: elements per block (an int >= 1); smaller blocks adapt better to outliers, larger ones use less

@@ -51,6 +51,33 @@ def test_format_rounds_to_nearest_like_a_float64_reference(fmt):
     assert float(fmt.decode(fmt.encode(jnp.asarray(tiny)))) == 0.0
 
 
+def test_stochastic_rounding_is_unbiased_and_keeps_small_increments():
+    x = jnp.asarray(_moment_like(256, 8)).reshape(1, 256)
+    scale = Q.block_absmax(x)
+    draws = jnp.stack(
+        [
+            Q.decode_signed_blocks(Q.BlockQuantized(Q.encode_signed_blocks(x, scale, jnp.int32(k)), scale))
+            for k in range(400)
+        ]
+    )
+    big = jnp.abs(x) > 1e-3 * scale[:, None]
+    mean_rel = jnp.abs(jnp.mean(draws, 0) - x) / jnp.abs(x)
+    assert float(jnp.max(jnp.where(big, mean_rel, 0.0))) < 0.02  # round-to-nearest errors reach 6%
+    # A second moment decaying by b2 = 0.999 per step (no gradient): round-to-nearest would freeze it.
+    opt = gradax.scale_by_adam(moments=gradax.Blockwise8bit(block_size=256, min_size=0))
+    params = {"w": jnp.zeros(4096)}
+    g = {"w": jnp.asarray(_moment_like(4096, 9))}
+    state = opt.init(params)
+    _, state = opt.update(g, state)
+    v1 = Q.decode_second_moment(state.nu["w"], (4096,))
+    zero = jax.tree.map(jnp.zeros_like, g)
+    step = jax.jit(opt.update)
+    for _ in range(300):
+        _, state = step(zero, state)
+    ratio = jnp.sum(Q.decode_second_moment(state.nu["w"], (4096,))) / jnp.sum(v1)
+    np.testing.assert_allclose(float(ratio), 0.999**300, rtol=0.02)
+
+
 @pytest.mark.parametrize("size", [0, 1, 63, 64, 1000])
 def test_signed_blocks_round_trip_against_numpy(size):
     x = _moment_like(size, seed=size)

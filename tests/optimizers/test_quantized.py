@@ -189,6 +189,7 @@ _FACTORIES = {
     "scale_by_adam_nesterov": lambda: gradax.scale_by_adam(eps_root=1e-8, nesterov=True, moments=ALL),
     "adam": lambda: gradax.adam(1e-2, moments=ALL),
     "adamw": lambda: gradax.adamw(1e-2, weight_decay=0.1, moments=ALL),
+    "nadamw": lambda: gradax.nadamw(1e-2, weight_decay=0.1, moments=ALL),
     "scale_by_lion": lambda: gradax.scale_by_lion(moments=ALL),
     "lion": lambda: gradax.lion(1e-3, moments=ALL),
 }

@@ -73,13 +73,12 @@ BYTES_PER_PARAM = {
     "adafactor": 16,
     # as AdamW: the no-decay group skips the decay term but apply_updates still reads and writes p
     "partition_decay": 28,
-    # amortised over k=4 micro-steps: 3 accumulating micro-steps read g, acc and write acc (12 each), the 4th
-    # reads g, acc, p, m, v and writes p, m, v, acc (36); (3 * 12 + 36) / 4 = 18
-    "multisteps_adamw": 18,
-    # a micro-step that only accumulates, with apply_updates in the same jitted step: MultiSteps itself reads g and
-    # acc and writes acc (12); the zero updates it returns are written (4) and apply_updates reads p and the zeros
-    # and writes p (12)
-    "multisteps_micro": 28,
+    # amortised over k=4 micro-steps: 3 accumulating micro-steps (24 each, below), and the 4th reads g, acc, p, m, v
+    # and writes p, m, v, acc (36); (3 * 24 + 36) / 4 = 27
+    "multisteps_adamw": 27,
+    # a micro-step that only accumulates, with apply_updates in the same jitted step: MultiSteps reads g and acc and
+    # writes acc (12); apply_updates reads p and the update (a select of zero, fused) and writes p (12)
+    "multisteps_micro": 24,
     # bf16 params and grads, float32 moments: read p (2), g (2), m (4), v (4) + write p (2), m (4), v (4)
     "adamw_bf16": 22,
     # gradax's 8-bit moments: read p, g (8), m, v codes (2) + write p (4), m, v codes (2); block scales ignored

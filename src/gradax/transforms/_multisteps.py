@@ -77,7 +77,7 @@ class MultiStepsState(NamedTuple):
     gradient_step: jax.Array  # shape=(), int32: optimizer steps taken
     inner_opt_state: Any  # the inner optimizer's state (changes only on the last micro-step of a step)
     # like params, dtype=accumulator_dtype: the running mean (or sum) of this step's micro-step gradients; after the
-    # last micro-step, the mean (or sum) the inner optimizer was given (the next micro-step overwrites it)
+    # last micro-step it holds the update just emitted (the next micro-step overwrites it; Optax: zeros)
     acc_grads: Any
     skip_state: Any = ()  # what should_skip_update_fn returned at the last micro-step; () without one
 
@@ -190,8 +190,11 @@ class MultiSteps:
 
         # The accumulator is never reset to zeros: the first micro-step of a step overwrites it. So a micro-step
         # that only accumulates is one elementwise pass (read gradient and accumulator, write the accumulator in
-        # place when the state is donated: 12 bytes per float32 parameter), and the inner optimizer reads the
-        # finished mean from that same buffer inside a lax.cond that otherwise passes the inner state through.
+        # place when the state is donated: 12 bytes per float32 parameter). The inner optimizer runs in a lax.cond
+        # on the last micro-step only and writes its update into the accumulator's buffer (whose content the next
+        # micro-step overwrites anyway); the other branch passes accumulator and inner state through untouched. The
+        # returned updates select that buffer or zero, which fuses into the caller's apply_updates: no zero tree is
+        # materialized and no state is copied.
         def accumulate(g, a):
             g = jnp.asarray(g, a.dtype)
             total = a + (g - a) / n.astype(a.dtype) if self._use_grad_mean else a + g
@@ -199,21 +202,25 @@ class MultiSteps:
 
         acc = jax.tree.map(accumulate, updates, state.acc_grads)
 
-        def step(inner_state):
+        def step(acc, inner_state):
             mean = jax.tree.map(lambda a, g: a.astype(jnp.result_type(g)), acc, updates)
             new_updates, new_inner = self._opt.update(mean, inner_state, params, **extra_args)
-            return _same_types(new_updates, updates), _same_types(new_inner, inner_state)
+            new_updates = jax.tree.map(lambda u, g: jnp.asarray(u, jnp.result_type(g)), new_updates, updates)
+            return _same_types(new_updates, acc), _same_types(new_inner, inner_state)
 
-        def hold(inner_state):
-            return jax.tree.map(lambda g: jnp.zeros(jnp.shape(g), jnp.result_type(g)), updates), inner_state
+        def hold(acc, inner_state):
+            return acc, inner_state
 
-        new_updates, new_inner = jax.lax.cond(emit, step, hold, _strong(state.inner_opt_state))
+        out, new_inner = jax.lax.cond(emit, step, hold, acc, _strong(state.inner_opt_state))
+        new_updates = jax.tree.map(
+            lambda o, g: jnp.where(emit, o.astype(jnp.result_type(g)), jnp.zeros((), jnp.result_type(g))), out, updates
+        )
         keep = lambda new, old: jnp.where(skip, old, new)  # noqa: E731
         new_state = MultiStepsState(
             mini_step=jnp.where(emit, 0, keep(mini + 1, mini)).astype(jnp.int32),
             gradient_step=jnp.where(emit, safe_int32_increment(state.gradient_step), state.gradient_step),
             inner_opt_state=new_inner,
-            acc_grads=acc,
+            acc_grads=out,
             skip_state=skip_state,
         )
         return new_updates, new_state

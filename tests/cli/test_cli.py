@@ -238,3 +238,19 @@ def test_module_entry_point():
     r = subprocess.run([sys.executable, "-m", "gradax.cli", "schedule", "adam(1e-3)"], capture_output=True, text=True)
     assert r.returncode == 2 and "not a schedule" in r.stderr
     assert hasattr(gradax, "adam") and callable(get_task("digits").init)
+
+
+def test_bench_runs_the_suite_of_the_checkout(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--size", "tiny", "--repeats", "1", "--only", "sgd_nesterov", "--out", str(out)])
+    assert rc == 0
+    saved = json.loads(out.read_text())
+    assert set(saved["workloads"]) == {"sgd_nesterov"}
+
+
+def test_bench_outside_a_checkout_says_what_to_do(monkeypatch, capsys):
+    from gradax.cli import _main
+
+    monkeypatch.setattr(_main, "benchmarks_root", lambda: None)
+    assert main(["bench"]) == 2
+    assert "source checkout" in capsys.readouterr().err

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -329,10 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
               gradax train --task digits --optimizer "adam(learning_rate=1e-3)"
               gradax compare "sgd(0.1, momentum=0.9)" "adam(1e-3)" "lion(1e-4)"
               gradax schedule "warmup_cosine_decay_schedule(0.0, 1e-3, 100, 1000)" --steps 1000
-              gradax demo"""
+              gradax demo
+              gradax bench --size tiny"""
         ),
     )
-    sub = parser.add_subparsers(dest="command", metavar="{train,compare,schedule,demo}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,compare,schedule,demo,bench}")
     sub.required = True
 
     p = sub.add_parser(
@@ -404,13 +407,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lm-steps", type=int, default=500, help="steps for the language model")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "bench",
+        help="benchmark gradax against Optax and torch.optim (source checkout)",
+        formatter_class=_Formatter,
+        description="Runs the benchmark suite (benchmarks/run.py of the source checkout): the same optimizer steps "
+        "through gradax, Optax and torch.optim, step and compile times, bandwidth. Arguments after `bench` go to "
+        "the suite (see `gradax bench -- --help`); results are in benchmarks/RESULTS.md.",
+        epilog=textwrap.dedent(
+            """\
+            examples:
+              gradax bench                                   # --size small, as `make bench`
+              gradax bench --size tiny --repeats 1
+              gradax bench --size full --only adamw_gpt2 --only clip_adamw_schedule"""
+        ),
+    )
+    p.set_defaults(func=cmd_bench)
     return parser
+
+
+def benchmarks_root() -> Path | None:
+    """The source checkout holding ``benchmarks/run.py`` (next to ``src/``), or None for an installed wheel."""
+    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
+        if (root / "benchmarks" / "run.py").is_file():
+            return root
+    return None
+
+
+def cmd_bench(args) -> int:
+    root = benchmarks_root()
+    if root is None:
+        raise CliError(
+            "bench runs the benchmark suite of a source checkout (benchmarks/run.py next to src/); none was found "
+            "above this package or in the current folder. Clone the repository and run `make bench` there."
+        )
+    missing = [m for m in ("optax", "scipy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(
+            f"bench compares gradax with {' and '.join(missing)}, which is not installed. "
+            "Install the benchmark dependencies: pip install -e '.[test,bench]' (or run `make bench`)."
+        )
+    passthrough = [a for a in args.bench_args if a != "--"]
+    return subprocess.run([sys.executable, "-m", "benchmarks.run", *passthrough], cwd=root).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command != "bench":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.bench_args = extra
     except SystemExit as e:  # argparse already printed its message
         return int(e.code or 0)
     try:

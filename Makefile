@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples
-	$(PY) -m pytest -n $(JOBS) --dist loadfile
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples

@@ -22,3 +22,23 @@ def _doctest_namespace(doctest_namespace):
     import gradax
 
     doctest_namespace.update(gradax=gradax, jax=jax, jnp=jnp)
+
+
+_BATTERY = "tests/contract/test_battery.py"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Work units for `pytest -n N --dist loadgroup` (the Makefile's): one per test file, as `--dist loadfile` gives,
+    except the contract battery, the longest file by far, which is split by entry into two units (and its sharding
+    subprocess into a third) so that both workers share it."""
+    import zlib
+
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = path
+        if path == _BATTERY:
+            callspec = getattr(item, "callspec", None)
+            entry = callspec.params.get("entry") if callspec is not None else None
+            group = f"{path}:{zlib.crc32(callspec.id.encode()) % 2}" if entry is not None else f"{path}:rest"
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -107,7 +107,7 @@ SIZES = {
     # rosenbrock: dimensions
     "tiny": dict(gpt=(256, 32, 16, 1), many=(20, 100), compile=(10, 50), rosen=(10,), steps=4),
     "small": dict(gpt=(8192, 512, 256, 12), many=(1000, 1000), compile=(1000,), rosen=(10, 1000), steps=10),
-    # compile at 10,000 leaves needs more than 23 GiB of RAM in XLA (both libraries): full stops at 2,000
+    # an XLA compile of the chain at 10,000 leaves went past 23 GiB of RAM here (swapping): full stops at 2,000
     "full": dict(gpt=(50257, 1024, 768, 12), many=(3000, 3333), compile=(1000, 2000), rosen=(10, 1000), steps=10),
 }
 

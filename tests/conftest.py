@@ -27,6 +27,11 @@ def _doctest_namespace(doctest_namespace):
 _BATTERY = "tests/contract/test_battery.py"
 
 
+def pytest_configure(config):
+    # xdist registers this marker itself; without xdist (-p no:xdist) it is only a grouping hint
+    config.addinivalue_line("markers", "xdist_group(name): run with the other tests of this group on one worker")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Work units for `pytest -n N --dist loadgroup` (the Makefile's): one per test file, as `--dist loadfile` gives,

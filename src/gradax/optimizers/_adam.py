@@ -10,8 +10,7 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_decay, check_non_negative
-from .._maps import map_n
-from .._numerics import compute_dtype, safe_int32_increment
+from .._numerics import safe_int32_increment
 from .._quantization import (
     BlockQuantized,
     Blockwise8bit,
@@ -29,7 +28,7 @@ from ..transforms._accumulation import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values, moment_transformation
 
 
 class ScaleByAdamState(NamedTuple):
@@ -132,59 +131,45 @@ def scale_by_adam(
     check_adam_args("scale_by_adam", b1, b2, eps, eps_root)
     storage = resolve_moments("scale_by_adam", moments, mu_dtype, nu_dtype)
 
-    def init(params):
+    def init_moments(params):
         if storage is not None:
-            return ScaleByAdamState(
-                count=jnp.zeros([], jnp.int32),
-                mu=quantized_zeros(params, storage),
-                nu=quantized_zeros(params, storage),
-            )
-        return ScaleByAdamState(
-            count=jnp.zeros([], jnp.int32),
-            mu=zeros_state_like(params, mu_dtype),
-            nu=zeros_state_like(params, nu_dtype),
-        )
+            return quantized_zeros(params, storage), quantized_zeros(params, storage)
+        return zeros_state_like(params, mu_dtype), zeros_state_like(params, nu_dtype)
 
-    def update(updates, state, params=None):
-        del params
-        count_inc = safe_int32_increment(state.count)
+    def make_leaf(count_inc):
         hat = FirstMomentHat.at(b1, count_inc, nesterov)
         beta2, e, e_root = hyper_values(b2, eps, eps_root)
         one_minus_b2 = 1 - beta2
         c2 = debias_factor(beta2, count_inc)
 
-        def leaf(g, m, v):
-            gc = g.astype(compute_dtype(g.dtype))
+        def leaf(gc, m, v):
             m_new = ema_leaf(gc, m, hat.b1, hat.one_minus_b1)
             v_new = ema_sq_leaf(gc, v, beta2, one_minus_b2)
-            u = hat(gc, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+            return hat(gc, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e), m_new, v_new
 
-        def quantized_leaf(g, m, v):
+        def quantized_leaf(gc, m, v):
             if not isinstance(m, BlockQuantized):  # a small leaf kept dense
-                return leaf(g, m, v)
+                return leaf(gc, m, v)
             # The same arithmetic on (num_blocks, block_size) views. The new scales are upper bounds of the new
             # moments' block absmax from the old scales and the gradient's block absmax (|m_old| <= old scale),
             # so no pass over the new moments is needed before encoding them.
-            g_blocks = blocks(g, m.codes.shape[1])
+            g_blocks = blocks(gc, m.codes.shape[1])
             g_max = block_absmax(g_blocks)
-            gc = g_blocks.astype(compute_dtype(g.dtype))
-            m_new = ema_leaf(gc, decode_signed_blocks(m), hat.b1, hat.one_minus_b1)
+            m_new = ema_leaf(g_blocks, decode_signed_blocks(m), hat.b1, hat.one_minus_b1)
             root = decode_root_blocks(v)
-            v_new = ema_sq_leaf(gc, root * root, beta2, one_minus_b2)
-            u = hat(gc, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e)
+            v_new = ema_sq_leaf(g_blocks, root * root, beta2, one_minus_b2)
+            u = hat(g_blocks, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e)
             m_scale = (hat.b1 * m.scale + hat.one_minus_b1 * g_max).astype(jnp.float32)
             v_scale = jnp.sqrt(beta2 * v.scale * v.scale + one_minus_b2 * g_max * g_max).astype(jnp.float32)
             return (
-                unblock(u, jnp.shape(g)).astype(g.dtype),
+                unblock(u, jnp.shape(gc)),
                 BlockQuantized(encode_signed_blocks(m_new, m_scale, 2 * count_inc), m_scale),
                 BlockQuantized(encode_root_blocks(jnp.sqrt(v_new), v_scale, 2 * count_inc + 1), v_scale),
             )
 
-        new_updates, mu, nu = map_n(3, leaf if storage is None else quantized_leaf, updates, state.mu, state.nu)
-        return new_updates, ScaleByAdamState(count=count_inc, mu=mu, nu=nu)
+        return leaf if storage is None else quantized_leaf
 
-    return GradientTransformation(init, update)
+    return moment_transformation(ScaleByAdamState, init_moments, make_leaf)
 
 
 def _adam_chain(api, learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, moments, decay=None):

@@ -95,7 +95,8 @@ def moment_transformation(
 
         def cast_leaf(g, *old):
             u, *new = leaf(g.astype(compute_dtype(g.dtype)), *old)
-            return (u.astype(g.dtype), *(n.astype(o.dtype) for n, o in zip(new, old)))
+            # a moment stored as a pytree (gradax.BlockQuantized 8-bit codes) keeps the dtypes it was encoded in
+            return (u.astype(g.dtype), *(n.astype(o.dtype) if hasattr(o, "dtype") else n for n, o in zip(new, old)))
 
         new_updates, *new_moments = map_n(1 + len(moments), cast_leaf, updates, *moments)
         return new_updates, state_cls(count_inc, *new_moments)

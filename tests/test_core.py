@@ -44,6 +44,19 @@ def test_periodic_update_closed_form(steps, expected):
 # --- safe numerics --------------------------------------------------------------------------------------------------
 
 
+def test_safe_norm_and_rms_read_their_input_once():
+    """The Euclidean safe_norm and safe_root_mean_squares guard the sqrt, not the input: one reduction each."""
+    x = jnp.ones((8, 4))
+    for f in (
+        lambda v: gradax.safe_norm(v, 1e-3),
+        lambda v: gradax.safe_norm(v, 1e-3, axis=1),
+        lambda v: gradax.safe_root_mean_squares(v, 1e-3),
+    ):
+        assert str(jax.make_jaxpr(f)(x)).count("reduce_sum") == 1
+    np.testing.assert_array_equal(jax.grad(lambda v: gradax.safe_root_mean_squares(v, 1e-3))(jnp.zeros(3)), 0.0)
+    np.testing.assert_allclose(gradax.safe_root_mean_squares(jnp.array([3.0, 4.0]), 1e-3), np.sqrt(12.5), rtol=1e-6)
+
+
 def test_safe_norm_values_and_finite_gradient_at_zero():
     x = jnp.array([3.0, 4.0])
     np.testing.assert_allclose(gradax.safe_norm(x, 1e-6), 5.0, rtol=1e-6)

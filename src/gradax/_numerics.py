@@ -59,6 +59,10 @@ def safe_norm(
       Array(1.e-06, dtype=float32)
     """
     x = jnp.asarray(x)
+    if ord is None and (axis is None or isinstance(axis, int) or len(axis) == 1):
+        # the Euclidean norm: guard the sqrt of the sum of squares (one read of x)
+        x = x.astype(jnp.result_type(x, float))
+        return _safe_sqrt(jnp.sum(abs_sq(x), axis=axis, keepdims=keepdims), min_norm)
     norm = jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=True)
     small = norm <= min_norm
     x_safe = jnp.where(small, jnp.ones_like(x), x)
@@ -77,11 +81,15 @@ def safe_root_mean_squares(x: ArrayLike, min_rms: ArrayLike) -> jax.Array:
       >>> gradax.safe_root_mean_squares(jnp.array([3.0, 4.0]), 1e-6)
       Array(3.535534, dtype=float32)
     """
-    x = jnp.asarray(x)
-    rms = jnp.sqrt(jnp.mean(jnp.square(x)))
-    small = rms <= min_rms
-    x_safe = jnp.where(small, jnp.ones_like(x), x)
-    return jnp.where(small, min_rms, jnp.sqrt(jnp.mean(jnp.square(x_safe))))
+    mean_sq = jnp.mean(jnp.square(jnp.asarray(x)))
+    return _safe_sqrt(mean_sq, min_rms)
+
+
+def _safe_sqrt(sq: jax.Array, floor: ArrayLike) -> jax.Array:
+    """``max(sqrt(sq), floor)`` where ``sq >= 0`` is a reduction of squares: one read of the reduced array, and a
+    gradient that is zero (not NaN) where ``sqrt(sq) <= floor``; the sqrt is guarded, not its input array."""
+    small = jnp.sqrt(sq) <= floor
+    return jnp.where(small, floor, jnp.sqrt(jnp.where(small, jnp.ones_like(sq), sq)))
 
 
 def safe_increment(count: ArrayLike) -> jax.Array:

@@ -176,3 +176,21 @@ def test_errors(call, match):
 def test_min_dim_must_be_int():
     with pytest.raises(TypeError, match=r"adafactor\(min_dim_size_to_factor=\.\.\.\) must be an int"):
         gradax.adafactor(min_dim_size_to_factor=2.5)
+
+
+def test_compiled_step_keeps_no_gradient_sized_temporary():
+    """With params and state donated, the compiled adafactor step computes exactly one array of each factored leaf's
+    shape, the new params: the row and column means, the clipping RMS and the parameter RMS are each a reduction fused
+    into one pass over g or p (on XLA:CPU, a shared |g|^2 or a broadcast factor would be a materialized temporary)."""
+    params = {"w": jnp.ones((256, 512)), "k": jnp.ones((4, 128, 192)), "b": jnp.ones((512,))}
+    opt = gradax.adafactor(learning_rate=1e-2)
+
+    def step(p, s, g):
+        u, s = opt.update(g, s, p)
+        return gradax.apply_updates(p, u), s
+
+    hlo = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt.init(params), params).compile().as_text()
+    entry = hlo[hlo.index("\nENTRY") :].splitlines()[1:]
+    for shape in ("f32[256,512]", "f32[4,128,192]"):
+        arrays = [ln.strip() for ln in entry if f"= {shape}" in ln and "parameter(" not in ln]
+        assert len(arrays) == 1, "\n".join(arrays)

@@ -10,14 +10,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, Params, ScalarOrSchedule
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    MaskOrFn,
+    Params,
+    ScalarOrSchedule,
+    identity,
+)
 from .._checks import check_decay, check_int, check_non_negative, check_positive
 from .._hyperparams import as_value, hyperparam_dtype, is_schedule
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype, safe_int32_increment, state_dtype
 from ..transforms._accumulation import ema
 from ..transforms._adding import add_decayed_weights
-from ..transforms._clipping import clip_by_block_rms
 from ..transforms._combining import chain
 from ..transforms._scaling import scale, scale_by_learning_rate
 from ._misc import scale_by_param_block_rms
@@ -104,6 +110,19 @@ def scale_by_factored_rms(
     if not callable(decay_rate_fn):
         raise TypeError(f"{api}(decay_rate_fn=...) must be callable; got {decay_rate_fn!r}.")
 
+    return _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, epsilon, decay_rate_fn, None)
+
+
+def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, epsilon, decay_rate_fn, clip):
+    """:func:`scale_by_factored_rms`, followed by :func:`clip_by_block_rms` ``(clip)`` in the same pass when ``clip``
+    is not None (Adafactor's first two steps).
+
+    Written so that XLA never materializes a gradient-sized temporary: the row and column means, the clipping RMS and
+    the update are each one fused pass over the gradient. Each reduction gets its own expression of the squared
+    gradient (XLA would otherwise share one materialized array between the reductions and the update), and the
+    squared update is reduced as ``g**2 * (row factor * column factor)**2`` instead of from the update itself.
+    """
+
     def init(params):
         def leaf(p):
             shape, dtype = tuple(jnp.shape(p)), state_dtype(p.dtype)
@@ -122,27 +141,44 @@ def scale_by_factored_rms(
         del params
         beta = as_value(decay_rate_fn(state.count - step_offset, decay_rate))
         e = as_value(epsilon)
+        tau = None if clip is None else as_value(clip)
+
+        def clipped(u, mean_u_sq):
+            if tau is None:
+                return u
+            return u / jnp.maximum(1.0, jnp.sqrt(mean_u_sq()) / tau)
 
         def leaf(g, v_row, v_col, v):
             dtype = compute_dtype(g.dtype)
             gc = g.astype(dtype)
             b = beta.astype(dtype) if jnp.issubdtype(dtype, jnp.floating) else beta
-            grad_sqr = abs_sq(gc) + e
+            ec = e.astype(dtype)
             dims = factored_dims(tuple(g.shape), factored, min_dim_size_to_factor)
             if dims is None:
-                new_v = b * v.astype(dtype) + (1.0 - b) * grad_sqr
-                new_v = new_v.astype(v.dtype)
-                out = gc * new_v.astype(dtype) ** -0.5
+                new_v = (b * v.astype(dtype) + (1.0 - b) * (abs_sq(gc) + ec)).astype(v.dtype)
+                inv = new_v.astype(dtype) ** -0.5
+                out = clipped(gc * inv, lambda: jnp.mean(abs_sq(gc) * (inv * inv)))
                 return out.astype(g.dtype), jnp.zeros((1,), v_row.dtype), jnp.zeros((1,), v_col.dtype), new_v
             d1, d0 = dims
-            new_row = (b * v_row.astype(dtype) + (1.0 - b) * jnp.mean(grad_sqr, axis=d0)).astype(v_row.dtype)
-            new_col = (b * v_col.astype(dtype) + (1.0 - b) * jnp.mean(grad_sqr, axis=d1)).astype(v_col.dtype)
+            # Each reduction below spells |g|^2 its own way: XLA would otherwise compute one shared |g|^2 array
+            # (a gradient-sized temporary) instead of fusing it into each reduction's single pass over g.
+            row_mean = jnp.mean(abs_sq(gc), axis=d0) + ec  # mean(|g|^2 + eps), as mean(|g|^2) + eps
+            col_mean = jnp.mean(abs_sq(2.0 * gc) * 0.25, axis=d1) + ec
+            new_row = (b * v_row.astype(dtype) + (1.0 - b) * row_mean).astype(v_row.dtype)
+            new_col = (b * v_col.astype(dtype) + (1.0 - b) * col_mean).astype(v_col.dtype)
             row = new_row.astype(dtype)
             col = new_col.astype(dtype)
             reduced_d1 = d1 - 1 if d1 > d0 else d1
-            row_factor = (row / jnp.mean(row, axis=reduced_d1, keepdims=True)) ** -0.5
-            col_factor = col**-0.5
+            row_factor = (row / jnp.mean(row, axis=reduced_d1, keepdims=True)) ** -0.5  # the shape without d0
+            col_factor = col**-0.5  # the shape without d1
             out = gc * jnp.expand_dims(row_factor, axis=d0) * jnp.expand_dims(col_factor, axis=d1)
+
+            def mean_out_sq():
+                # sum |g r c|^2 = sum_{not d0} r^2 sum_{d0} |g|^2 c^2: no broadcast of r, none shared with `out`
+                inner = jnp.sum(jnp.abs(gc) * jnp.expand_dims(jnp.square(col_factor), axis=d1) * jnp.abs(gc), axis=d0)
+                return jnp.sum(inner * jnp.square(row_factor)) / gc.size
+
+            out = clipped(out, mean_out_sq)
             return out.astype(g.dtype), new_row, new_col, jnp.zeros((1,), v.dtype)
 
         new_updates, v_row, v_col, v = map_n(4, leaf, updates, state.v_row, state.v_col, state.v)
@@ -219,9 +255,17 @@ def adafactor(
         check_decay(api, "momentum", momentum)
     if weight_decay_rate is not None and not is_schedule(weight_decay_rate):
         check_non_negative(api, "weight_decay_rate", weight_decay_rate)
-    parts = [scale_by_factored_rms(factored, decay_rate, decay_offset, min_dim_size_to_factor, eps)]
-    if clipping_threshold is not None:
-        parts.append(clip_by_block_rms(clipping_threshold))
+    if clipping_threshold is None:
+        parts = [scale_by_factored_rms(factored, decay_rate, decay_offset, min_dim_size_to_factor, eps)]
+    else:
+        # the clipping runs inside the first transformation's pass; its own slot (an empty state, as
+        # clip_by_block_rms has) keeps the state layout of the unfused chain
+        parts = [
+            _factored_rms(
+                factored, decay_rate, decay_offset, min_dim_size_to_factor, eps, _decay_rate_pow, clipping_threshold
+            ),
+            identity(),
+        ]
     if learning_rate is not None:
         parts.append(scale_by_learning_rate(learning_rate, flip_sign=False))
     if multiply_by_parameter_scale:

@@ -68,9 +68,9 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
     def init(params):
         def leaf(p):
             dtype = state_dtype(p.dtype)
-            zeros = jnp.zeros(jnp.shape(p), dtype)
-            start = zeros if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
-            return start, zeros, jnp.full(jnp.shape(p), eps, dtype), zeros, zeros
+            zeros = lambda: jnp.zeros(jnp.shape(p), dtype)  # noqa: E731 - one buffer per field (donation-safe)
+            start = zeros() if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
+            return start, zeros(), jnp.full(jnp.shape(p), eps, dtype), zeros(), zeros()
 
         return COCOBState(*map_n(5, leaf, params))
 

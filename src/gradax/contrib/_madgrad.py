@@ -72,8 +72,9 @@ def scale_by_madgrad(
     def init(params):
         def leaf(p):
             dtype = state_dtype(p.dtype)
-            zeros = jnp.zeros(jnp.shape(p), dtype)
-            return zeros, zeros, zeros if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
+            zeros = lambda: jnp.zeros(jnp.shape(p), dtype)  # noqa: E731 - one buffer per field (donation-safe)
+            start = zeros() if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
+            return zeros(), zeros(), start
 
         gss, s, x0 = map_n(3, leaf, params)
         return MadgradState(count=jnp.zeros([], jnp.int32), grad_sum_sq=gss, s=s, x0=x0)

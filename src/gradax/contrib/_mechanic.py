@@ -85,13 +85,13 @@ def mechanize(
 
     def init(params):
         dt = _params_dtype(params, "lowest")
-        zeros = jnp.zeros([num_betas], dt)
+        zeros = lambda: jnp.zeros([num_betas], dt)  # noqa: E731 - one buffer per field (donation-safe)
         return MechanicState(
             base_optimizer_state=base.init(params),
             count=jnp.zeros([], jnp.int32),
-            r=zeros,
-            m=zeros,
-            v=zeros,
+            r=zeros(),
+            m=zeros(),
+            v=zeros(),
             s=jnp.full([num_betas], s_init, dt),
             x0=copy_tree(params),
         )

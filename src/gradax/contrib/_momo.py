@@ -50,10 +50,10 @@ def _init(state_cls, n_moments, lower_bound):
     """``init`` of momo (one moment tree) and momo_adam (two): zero moments and averages, lb = lower_bound."""
 
     def init(params):
-        zero = jnp.zeros([], hyperparam_dtype())
         moments = [_zeros(params) for _ in range(n_moments)]
         lb = jnp.asarray(as_value(lower_bound), hyperparam_dtype())
-        return state_cls(*moments, zero, zero, lb, jnp.zeros([], jnp.int32))
+        zero = lambda: jnp.zeros([], hyperparam_dtype())  # noqa: E731 - one buffer per field (donation-safe)
+        return state_cls(*moments, zero(), zero(), lb, jnp.zeros([], jnp.int32))
 
     return init
 

@@ -126,13 +126,12 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
     def init(params):
         def leaf(p):
             shape, dtype = tuple(jnp.shape(p)), state_dtype(p.dtype)
-            placeholder = jnp.zeros((1,), dtype)
             dims = factored_dims(shape, factored, min_dim_size_to_factor)
-            if dims is None:
-                return placeholder, placeholder, jnp.zeros(shape, dtype)
+            if dims is None:  # placeholders for the row and column statistics (distinct buffers: donation-safe)
+                return jnp.zeros((1,), dtype), jnp.zeros((1,), dtype), jnp.zeros(shape, dtype)
             d1, d0 = dims
             without = lambda axis: tuple(n for i, n in enumerate(shape) if i != axis)  # noqa: E731
-            return jnp.zeros(without(d0), dtype), jnp.zeros(without(d1), dtype), placeholder
+            return jnp.zeros(without(d0), dtype), jnp.zeros(without(d1), dtype), jnp.zeros((1,), dtype)
 
         v_row, v_col, v = map_n(3, leaf, params)
         return FactoredState(count=jnp.zeros([], jnp.int32), v_row=v_row, v_col=v_col, v=v)

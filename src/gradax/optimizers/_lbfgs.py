@@ -116,14 +116,15 @@ def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True) -> Gr
 
     def init(params):
         dt = value_dtype(params)
-        zeros = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), p.dtype), params)
-        stacked = jax.tree.map(lambda p: jnp.zeros((memory_size, *jnp.shape(p)), p.dtype), params)
+        # one buffer per field (a donated state must not hold one buffer twice)
+        zeros = lambda: jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), p.dtype), params)  # noqa: E731
+        stacked = lambda: jax.tree.map(lambda p: jnp.zeros((memory_size, *jnp.shape(p)), p.dtype), params)  # noqa: E731
         return ScaleByLBFGSState(
             count=jnp.zeros([], jnp.int32),
-            params=zeros,
-            updates=zeros,
-            diff_params_memory=stacked,
-            diff_updates_memory=stacked,
+            params=zeros(),
+            updates=zeros(),
+            diff_params_memory=stacked(),
+            diff_updates_memory=stacked(),
             weights_memory=jnp.zeros([memory_size], dt),
         )
 

@@ -190,7 +190,7 @@ def scale_by_distance_over_gradients(
         return ScaleByDistanceOverGradientsState(
             max_dist=jax.tree.map(lambda p: r * (1 + norm(p)), params),
             grad_sum_of_squares=jax.tree.map(lambda p: jnp.zeros((1,), hyperparam_dtype()), params),
-            init_params=jax.tree.map(lambda p: jnp.asarray(p).astype(param_dtype), params),
+            init_params=jax.tree.map(lambda p: jnp.array(p, param_dtype, copy=True), params),  # not the params buffer
         )
 
     def update(updates, state, params=None):

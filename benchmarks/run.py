@@ -354,7 +354,8 @@ def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict, make: C
     opt = (make or wl.make_opt)(mod)
     params = jax.tree.map(jnp.asarray, params_np)
     grads = jax.tree.map(jnp.asarray, grads_np)
-    state = jax.jit(opt.init)(params)
+    # copied leaf by leaf: some Optax inits hold one buffer in two fields, which a donated step cannot take
+    state = jax.tree.map(jnp.copy, jax.jit(opt.init)(params))
 
     def step(p: Any, s: Any, g: Any) -> tuple[Any, Any]:
         u, s = opt.update(g, s, p)

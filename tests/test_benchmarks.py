@@ -37,3 +37,17 @@ def test_gpt2_full_shape_is_gpt2_small():
     shapes = run.gpt2_shapes(*run.SIZES["full"]["gpt"])
     assert len(shapes) == 148
     assert 124e6 < run.n_params(shapes) < 125e6
+
+
+def test_sweep_runs_and_every_optimizer_exists_in_both_libraries(tmp_path):
+    import gradax
+    import optax
+
+    from benchmarks import sweep
+
+    for name, make in sweep.OPTIMIZERS.items():  # each entry builds on both sides (no compile)
+        assert make(gradax) is not None and make(optax) is not None, name
+    md = tmp_path / "sweep.md"
+    rows = sweep.main(["--size", "tiny", "--repeats", "1", "--steps", "1", "--only", "adafactor", "--md", str(md)])
+    assert [r["name"] for r in rows] == ["adafactor"] and rows[0]["ratio"] > 0
+    assert "| adafactor |" in md.read_text()

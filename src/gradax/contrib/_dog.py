@@ -39,6 +39,14 @@ def _copy(params):
     return jax.tree.map(leaf, params)
 
 
+def _start_point(first, params, init_params):
+    """The params at the first step, else ``init_params``: a ``lax.cond``, so that later steps neither read the params
+    nor rewrite ``init_params`` (the buffer passes through)."""
+    return jax.lax.cond(
+        first, lambda: jax.tree.map(lambda p, s: p.astype(s.dtype), params, init_params), lambda: init_params
+    )
+
+
 def _sq_norm(tree, dtype) -> jax.Array:
     return sum((jnp.sum(abs_sq(x.astype(compute_dtype(x.dtype)))) for x in jax.tree.leaves(tree)), jnp.zeros([], dtype))
 
@@ -122,8 +130,9 @@ def scale_by_dog(
         check_needs(api, "params", params)
         dtype = state.max_dist.dtype
         first = state.is_init_step
-        start = jax.tree.map(lambda p, s: jnp.where(first, p.astype(s.dtype), s), params, state.init_params)
-        prev_max = jnp.where(first, r_eps(params, dtype).astype(dtype), state.max_dist)
+        # the starting point and the initial distance are taken at the first step only
+        start = _start_point(first, params, state.init_params)
+        prev_max = jax.lax.cond(first, lambda: r_eps(params, dtype).astype(dtype), lambda: state.max_dist)
         max_dist = jnp.maximum(prev_max, jnp.sqrt(_sq_dist(params, start, dtype)))
         sum_sq = state.sum_sq_norm_grads + _sq_norm(updates, dtype)
         lr = max_dist / jnp.sqrt(sum_sq + as_value(eps, dtype))
@@ -229,7 +238,7 @@ def scale_by_dowg(init_estim_sq_dist: ArrayLike | None = None, eps: ArrayLike = 
         check_needs(api, "params", params)
         dtype = state.estim_sq_dist.dtype
         first = state.weighted_sq_norm_grads == 0
-        start = jax.tree.map(lambda p, s: jnp.where(first, p.astype(s.dtype), s), params, state.init_params)
+        start = _start_point(first, params, state.init_params)
         estim = jnp.maximum(state.estim_sq_dist, _sq_dist(params, start, dtype))
         weighted = estim * _sq_norm(updates, dtype) + state.weighted_sq_norm_grads
         lr = estim / (jnp.sqrt(weighted) + as_value(eps, dtype))

@@ -10,6 +10,8 @@ Dtype rules (one place):
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -90,6 +92,16 @@ def _safe_sqrt(sq: jax.Array, floor: ArrayLike) -> jax.Array:
     gradient that is zero (not NaN) where ``sqrt(sq) <= floor``; the sqrt is guarded, not its input array."""
     small = jnp.sqrt(sq) <= floor
     return jnp.where(small, floor, jnp.sqrt(jnp.where(small, jnp.ones_like(sq), sq)))
+
+
+def at_first_step(first: jax.Array, params: Any, stored: Any) -> Any:
+    """``params`` cast to the dtypes of ``stored`` when the scalar ``first`` is true, else ``stored``.
+
+    A ``lax.cond`` rather than a ``where``: after the first step the stored buffers pass through unchanged instead of
+    being read and rewritten every step (for states that keep the starting point, captured at the first update so
+    that ``init`` also works on ``jax.ShapeDtypeStruct`` leaves).
+    """
+    return jax.lax.cond(first, lambda: jax.tree.map(lambda p, s: p.astype(s.dtype), params, stored), lambda: stored)
 
 
 def safe_increment(count: ArrayLike) -> jax.Array:

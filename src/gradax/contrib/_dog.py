@@ -11,7 +11,7 @@ from jax.typing import ArrayLike
 from .._base import GradientTransformation, MaskOrFn, ScalarOrSchedule, identity
 from .._checks import argument_error, check_needs, check_non_negative, check_one_of, check_positive
 from .._hyperparams import as_value
-from .._numerics import abs_sq, compute_dtype, state_dtype
+from .._numerics import abs_sq, at_first_step, compute_dtype, state_dtype
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -37,14 +37,6 @@ def _copy(params):
         return jnp.zeros(jnp.shape(p), dtype) if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
 
     return jax.tree.map(leaf, params)
-
-
-def _start_point(first, params, init_params):
-    """The params at the first step, else ``init_params``: a ``lax.cond``, so that later steps neither read the params
-    nor rewrite ``init_params`` (the buffer passes through)."""
-    return jax.lax.cond(
-        first, lambda: jax.tree.map(lambda p, s: p.astype(s.dtype), params, init_params), lambda: init_params
-    )
 
 
 def _sq_norm(tree, dtype) -> jax.Array:
@@ -131,7 +123,7 @@ def scale_by_dog(
         dtype = state.max_dist.dtype
         first = state.is_init_step
         # the starting point and the initial distance are taken at the first step only
-        start = _start_point(first, params, state.init_params)
+        start = at_first_step(first, params, state.init_params)
         prev_max = jax.lax.cond(first, lambda: r_eps(params, dtype).astype(dtype), lambda: state.max_dist)
         max_dist = jnp.maximum(prev_max, jnp.sqrt(_sq_dist(params, start, dtype)))
         sum_sq = state.sum_sq_norm_grads + _sq_norm(updates, dtype)
@@ -238,7 +230,7 @@ def scale_by_dowg(init_estim_sq_dist: ArrayLike | None = None, eps: ArrayLike = 
         check_needs(api, "params", params)
         dtype = state.estim_sq_dist.dtype
         first = state.weighted_sq_norm_grads == 0
-        start = _start_point(first, params, state.init_params)
+        start = at_first_step(first, params, state.init_params)
         estim = jnp.maximum(state.estim_sq_dist, _sq_dist(params, start, dtype))
         weighted = estim * _sq_norm(updates, dtype) + state.weighted_sq_norm_grads
         lr = estim / (jnp.sqrt(weighted) + as_value(eps, dtype))

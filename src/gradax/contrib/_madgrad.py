@@ -11,7 +11,7 @@ from .._base import GradientTransformation, ScalarOrSchedule, Updates
 from .._checks import check_interval, check_needs, check_non_negative
 from .._hyperparams import as_value, value_at
 from .._maps import map_n
-from .._numerics import compute_dtype, safe_int32_increment, state_dtype
+from .._numerics import at_first_step, compute_dtype, safe_int32_increment, state_dtype
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 
@@ -89,7 +89,6 @@ def scale_by_madgrad(
         def leaf(g, gss, s, x0, p):
             gc = g.astype(compute_dtype(g.dtype))
             pc = p.astype(gss.dtype)
-            x0 = jnp.where(first, pc, x0)
             gss_new = gss + lamb * gc * gc
             s_new = s + lamb * gc
             z = x0 - s_new / (jnp.cbrt(gss_new) + e)
@@ -97,7 +96,7 @@ def scale_by_madgrad(
             u = x_new - pc
             return u.astype(g.dtype), gss_new.astype(gss.dtype), s_new.astype(s.dtype), x0.astype(gss.dtype)
 
-        out, gss, s, x0 = map_n(4, leaf, updates, state.grad_sum_sq, state.s, state.x0, params)
+        out, gss, s, x0 = map_n(4, leaf, updates, state.grad_sum_sq, state.s, at_first_step(first, params, state.x0), params)
         return out, MadgradState(count=safe_int32_increment(state.count), grad_sum_sq=gss, s=s, x0=x0)
 
     return GradientTransformation(init, update)

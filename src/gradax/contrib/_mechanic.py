@@ -16,7 +16,7 @@ from .._base import (
 )
 from .._checks import check_int, check_needs, check_non_negative, check_positive
 from .._hyperparams import value_at
-from .._numerics import safe_int32_increment
+from .._numerics import at_first_step, safe_int32_increment
 from ..tree._math import norm as tree_norm
 from ..tree._math import vdot as tree_vdot
 from ._reduce_on_plateau import _params_dtype
@@ -99,7 +99,7 @@ def mechanize(
     def update(updates, state, params=None, **extra_args):
         check_needs(api, "params", params)
         base_updates, base_state = base.update(updates, state.base_optimizer_state, params, **extra_args)
-        x0 = jax.tree.map(lambda p, x: jnp.where(state.count == 0, p, x).astype(x.dtype), params, state.x0)
+        x0 = at_first_step(state.count == 0, params, state.x0)
         s_sum = jnp.sum(state.s)
         wd = value_at(weight_decay, state.count, state.s.dtype)
         decay = wd * s_sum * tree_norm(updates) / (tree_norm(params) + eps)

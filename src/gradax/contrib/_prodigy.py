@@ -12,7 +12,7 @@ from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
 from .._checks import check_decay, check_needs, check_positive
 from .._hyperparams import as_value, value_at
 from .._maps import map_n
-from .._numerics import compute_dtype, safe_int32_increment
+from .._numerics import at_first_step, compute_dtype, safe_int32_increment
 from ..transforms._accumulation import zeros_state_like
 from ._dadapt_common import check_dadapt_args, sqrt_decay, tensor_vdot, with_complement
 
@@ -123,24 +123,39 @@ def prodigy(
         def leaf(g, x, x0, m, v, s):
             cd = compute_dtype(g.dtype)
             gc, xc = g.astype(cd), x.astype(cd)
-            x0 = jnp.where(first, xc, x0.astype(cd))
+            x0 = x0.astype(cd)
             dot = tensor_vdot(gc, x0 - xc)
             dg = d * gc
             m_new = b1 * m + one_b1 * dg
             v_new = b2 * v + one_b2 * dg * dg
             s_new = b3 * s + w_s * dg / d0
-            u = -wd * dlr * xc - dlr * m_new / (jnp.sqrt(v_new) + d * e)
             dt = m.dtype
-            return (u.astype(g.dtype), x0.astype(dt), m_new.astype(dt), v_new.astype(dt), s_new.astype(dt), dot)
+            return x0.astype(dt), m_new.astype(dt), v_new.astype(dt), s_new.astype(dt), dot
 
-        out, x0, m, v, s, dots = map_n(
-            6, leaf, updates, params, state.params0, state.exp_avg, state.exp_avg_sq, state.grad_sum
+        x0, m, v, s, dots = map_n(
+            5,
+            leaf,
+            updates,
+            params,
+            at_first_step(first, params, state.params0),
+            state.exp_avg,
+            state.exp_avg_sq,
+            state.grad_sum,
         )
         dot = sum(jax.tree.leaves(dots), jnp.zeros([], d.dtype))
         num = b3 * state.numerator_weighted + (d / d0) * dlr * dot
         s_norm = sum((jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(s)), jnp.zeros([], d.dtype))
         d_hat = coef * num / s_norm
         d_new = jnp.where(s_norm > 0, jnp.maximum(d, d_hat), d).astype(d.dtype)
+
+        # the epsilon is scaled by the new estimate, as in Optax 0.2.8 (the paper's Algorithm 1 has the old one);
+        # the update then follows the <g, x0 - x> reduction, so XLA writes the new params in place without first
+        # copying the params that reduction reads
+        def step(g, x, m_new, v_new):
+            xc = x.astype(m_new.dtype)
+            return (-wd * dlr * xc - dlr * m_new / (jnp.sqrt(v_new) + d_new * e)).astype(g.dtype)
+
+        out = jax.tree.map(step, updates, params, m, v)
         new_state = ProdigyState(
             exp_avg=m,
             exp_avg_sq=v,

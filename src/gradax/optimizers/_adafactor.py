@@ -162,7 +162,7 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
             # Each reduction below spells |g|^2 its own way: XLA would otherwise compute one shared |g|^2 array
             # (a gradient-sized temporary) instead of fusing it into each reduction's single pass over g.
             row_mean = jnp.mean(abs_sq(gc), axis=d0) + ec  # mean(|g|^2 + eps), as mean(|g|^2) + eps
-            col_mean = jnp.mean(abs_sq(2.0 * gc) * 0.25, axis=d1) + ec
+            col_mean = jnp.mean(abs_sq(2.0 * gc) * 0.25, axis=d1) + ec  # (2g)^2 / 4: power-of-two scalings, exact
             new_row = (b * v_row.astype(dtype) + (1.0 - b) * row_mean).astype(v_row.dtype)
             new_col = (b * v_col.astype(dtype) + (1.0 - b) * col_mean).astype(v_col.dtype)
             row = new_row.astype(dtype)

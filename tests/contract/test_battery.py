@@ -3,8 +3,11 @@
 Check names (an entry's ``skip`` maps one of them to a reason): contract, awkward_trees, abstract_init, vmap, scan,
 cond, dtypes, inject, oracle, multisteps, masked, sharding.
 
-Designed for speed: tiny trees, each check compiles one jitted function (several steps are unrolled or scanned inside
-it), ``vmap``/``scan``/``cond`` are only traced and lowered (no XLA compile).
+Designed for speed: tiny trees. The dtype and oracle checks call one jitted step (update and apply_updates; for both
+low-precision dtypes, or for gradax and Optax, in one program) once per step, so each check compiles a single step
+however many steps run (XLA compile time grows with the unrolled program); the inject, multisteps and masked checks compile their transformations together in one program (there XLA
+shares what is common and the compared results come from one program); ``vmap``/``scan``/``cond`` are only traced
+and lowered (no XLA compile).
 """
 
 from __future__ import annotations
@@ -83,11 +86,34 @@ def _grads(tree_fn, dtype, steps):
     return [jax.tree.map(lambda x: 0.5 * x, tree_fn(dtype, seed=k + 1)) for k in range(steps)]
 
 
-def _run(update, state, params, grads_seq, lib=gradax):
+def _jit_step(entry, tx, lib=gradax):
+    """A jitted step (g, s, p) -> (updates, new state, new params): compiled once per tree signature and reused for
+    every step (a state that changes structure on update only retraces)."""
+    update = _update_fn(entry, tx, lib)
+
+    @jax.jit
+    def step(g, s, p):
+        u, s = update(g, s, p)
+        return u, s, lib.apply_updates(p, u)
+
+    return step
+
+
+def _unrolled(update, state, params, grads_seq, lib=gradax):
+    """Steps unrolled inside one trace (for checks whose transformations XLA compiles together in one program)."""
     out = []
     for g in grads_seq:
         u, state = update(g, state, params)
         params = lib.apply_updates(params, u)
+        out.append(u)
+    return out, state, params
+
+
+def _run(step, state, params, grads_seq):
+    """Run a jitted step over ``grads_seq``; returns (list of updates, final state, final params)."""
+    out = []
+    for g in grads_seq:
+        u, state, params = step(g, state, params)
         out.append(u)
     return out, state, params
 
@@ -127,8 +153,11 @@ def test_contract(entry):
         assert_same_signature(abstract, state0, "abstract init vs concrete init")
 
 
-def _lowers(fn, *args):
-    jax.jit(fn).lower(*args)
+def _trace_and_lower(fn, *args):
+    """Trace ``fn`` once, lower the trace to StableHLO (no XLA compile) and return the output shapes/dtypes."""
+    traced = jax.jit(fn).trace(*args)
+    traced.lower()
+    return traced.out_info
 
 
 @_params
@@ -152,9 +181,8 @@ def test_transforms(entry, check):
 
             return jax.lax.cond(pred, update, noop, g, s, p)
 
-        out = jax.eval_shape(f, g, state, params)
+        out = _trace_and_lower(f, g, state, params)
         assert_same_signature(out[1], state, "state through lax.cond")
-        _lowers(f, g, state, params)
     elif check == "vmap":
         stack = lambda t: jax.tree.map(lambda x: jnp.stack([x, x + 1]), t)  # noqa: E731
         pb, gb = stack(params), stack(g)
@@ -163,9 +191,8 @@ def test_transforms(entry, check):
             sb = jax.vmap(tx.init)(pb)
             return jax.vmap(update)(gb, sb, pb)
 
-        ub, _ = jax.eval_shape(f, gb, pb)
+        ub, _ = _trace_and_lower(f, gb, pb)
         assert_same_signature(ub, gb, "vmapped updates")
-        _lowers(f, gb, pb)
     else:
 
         def f(g, s, p):
@@ -176,9 +203,8 @@ def test_transforms(entry, check):
 
             return jax.lax.scan(body, (s, p), None, length=3)
 
-        (s_out, _), _ = jax.eval_shape(f, g, state, params)
+        (s_out, _), _ = _trace_and_lower(f, g, state, params)
         assert_same_signature(s_out, state, "state through lax.scan")
-        _lowers(f, g, state, params)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -202,16 +228,21 @@ def test_low_precision_dtypes(entry):
     states0 = {n: tx.init(params[n]) for n in names}
 
     @jax.jit
-    def run(params, grads, states):
-        return {n: _run(update, states[n], params[n], grads[n]) for n in names}
+    def step(g, s, p):  # one step of every dtype in one program, compiled once and called for each step
+        out = {n: update(g[n], s[n], p[n]) for n in names}
+        return (
+            {n: out[n][0] for n in names},
+            {n: out[n][1] for n in names},
+            {n: gradax.apply_updates(p[n], out[n][0]) for n in names},
+        )
 
-    out = run(params, grads, states0)
+    grads_seq = [{n: grads[n][k] for n in names} for k in range(2)]
+    us, states, _ = _run(step, states0, params, grads_seq)
     for n in names:
-        us, state, _ = out[n]
-        for u, g in zip(us, grads[n]):
-            assert_same_signature(u, g, f"{n} updates")
-        assert_same_signature(state, states0[n], f"{n} state")
-        assert all_finite(us), f"{n}: non-finite updates"
+        for u, g in zip(us, grads_seq):
+            assert_same_signature(u[n], g[n], f"{n} updates")
+        assert_same_signature(states[n], states0[n], f"{n} state")
+        assert all_finite([u[n] for u in us]), f"{n}: non-finite updates"
 
 
 @_params
@@ -220,12 +251,11 @@ def test_float64(entry):
     if "float64" not in entry.dtypes:
         pytest.skip("float64 not registered")
     with jax.enable_x64(True):
-        tx = entry.build(gradax)
-        update = _update_fn(entry, tx)
+        tx = entry.build(gradax)  # built under x64: its hyperparameters may become float64
         params = simple_tree(jnp.float64)
         grads = _grads(simple_tree, jnp.float64, 2)
         state0 = tx.init(params)
-        us, state, _ = jax.jit(lambda p, gs, s: _run(update, s, p, gs))(params, grads, state0)
+        us, state, _ = _run(_jit_step(entry, tx), state0, params, grads)
         for u, g in zip(us, grads):
             assert_same_signature(u, g, "float64 updates")
         assert_same_signature(state, state0, "float64 state")
@@ -251,8 +281,8 @@ def test_inject_hyperparams(entry):
 
     @jax.jit
     def run(p, gs):
-        a = _run(up, plain.init(p), p, gs)[0]
-        b = _run(ui, injected.init(p), p, gs)[0]
+        a = _unrolled(up, plain.init(p), p, gs)[0]
+        b = _unrolled(ui, injected.init(p), p, gs)[0]
         return a, b
 
     a, b = run(params, grads)
@@ -282,20 +312,21 @@ def test_oracle(entry):
     params = simple_tree(with_none=True)
     steps = 10
     rng = np.random.default_rng(7)
-    xs = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=(steps, *x.shape)), jnp.float32), params)
+    xs = jax.tree.map(lambda x: np.asarray(rng.normal(size=(steps, *x.shape)), np.float32), params)
+    grads_seq = [jax.tree.map(lambda x, k=k: x[k], xs) for k in range(steps)]
 
-    def scan(lib, t):
-        # an unrolled loop, not lax.scan: some Optax 0.2.8 states change structure on update (monitor) or shape
-        # (DoG's scalar params), which the comparison of updates should not trip on
-        update = _update_fn(entry, t, lib)
-        s, p, out = t.init(params), params, []
-        for k in range(steps):
-            u, s = update(jax.tree.map(lambda x, k=k: x[k], xs), s, p)
-            p = lib.apply_updates(p, u)
-            out.append(u)
-        return out
+    # one jitted step per library, called for each step (not lax.scan): some Optax 0.2.8 states change structure
+    # on update (monitor) or shape (DoG's scalar params), which only retraces the step and which the comparison of
+    # updates should not trip on
+    up_ours, up_theirs = _update_fn(entry, tx), _update_fn(entry, ref, optax)
 
-    ours, theirs = jax.jit(lambda: (scan(gradax, tx), scan(optax, ref)))()
+    @jax.jit
+    def step(g, s, p):
+        (uo, so), (ut, st) = up_ours(g, s[0], p[0]), up_theirs(g, s[1], p[1])
+        return (uo, ut), (so, st), (gradax.apply_updates(p[0], uo), optax.apply_updates(p[1], ut))
+
+    us = _run(step, (tx.init(params), ref.init(params)), (params, params), grads_seq)[0]
+    ours, theirs = [u[0] for u in us], [u[1] for u in us]
     assert_trees_close(ours, theirs, rtol=entry.rtol, atol=entry.atol, what="gradax vs optax updates")
 
 
@@ -338,7 +369,7 @@ def test_masked(entry):
 
     @jax.jit
     def run(p, gs):
-        return [_run(up, t.init(p), p, gs)[0] for up, t in zip(ups, (tx, m_true, m_false))]
+        return [_unrolled(up, t.init(p), p, gs)[0] for up, t in zip(ups, (tx, m_true, m_false))]
 
     plain, all_true, all_false = run(params, grads)
     assert_trees_equal(all_true, plain, "masked(tx, all True) vs tx")

@@ -73,3 +73,15 @@ def test_errors():
     tx = gradax.contrib.scale_by_cocob()
     with pytest.raises(ValueError, match="params"):
         tx.update(jnp.ones(2), tx.init(jnp.ones(2)))
+
+
+def test_abstract_start_is_filled_at_the_first_update_then_passed_through():
+    params = {"w": jnp.arange(6.0).reshape(2, 3), "e": jnp.zeros((0,))}
+    tx = gradax.contrib.scale_by_cocob()
+    state = tx.init(jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params))
+    assert bool(jnp.all(jnp.isnan(state.init_particles["w"])))
+    _, state = jax.jit(tx.update)(jax.tree.map(jnp.ones_like, params), state, params)
+    np.testing.assert_array_equal(state.init_particles["w"], params["w"])
+    moved = jax.tree.map(lambda p: p + 1.0, params)  # later steps keep the starting point
+    _, state = jax.jit(tx.update)(jax.tree.map(jnp.ones_like, params), state, moved)
+    np.testing.assert_array_equal(state.init_particles["w"], params["w"])

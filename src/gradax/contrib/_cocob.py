@@ -28,6 +28,17 @@ class COCOBState(NamedTuple):
     reward: Updates  # the reward (wealth gained), at least 0
 
 
+def _fill_start(p0: jax.Array, params: jax.Array) -> jax.Array:
+    """The starting point, with the NaN entries that an abstract ``init`` left taken from ``params``.
+
+    A ``lax.cond`` on the first entry: once filled, the starting point passes through without being read and
+    rewritten every step (a ``where`` over it would also make XLA copy the buffer before the step overwrites it).
+    """
+    if p0.size == 0 or not jnp.issubdtype(p0.dtype, jnp.inexact):
+        return p0
+    return jax.lax.cond(jnp.isnan(p0.ravel()[0]), lambda: jnp.where(jnp.isnan(p0), params, p0), lambda: p0)
+
+
 def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientTransformation:
     r"""COCOB-Backprop's step as an update (new params minus current params).
 
@@ -40,10 +51,9 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
     .. math::
       w_{t+1} = w_1 + \frac{\theta_t}{L_t \max(G_t + L_t, \alpha L_t)} (L_t + R_t), \qquad u_t = w_{t+1} - w_t,
 
-    with :math:`L_0 = \varepsilon`. The starting point :math:`w_1` is taken from the params at the first update
-    where a coordinate gets a nonzero gradient (until then the coordinate has not moved), so ``init`` also works on
-    ``jax.ShapeDtypeStruct`` leaves; Optax 0.2.8 copies the params at ``init`` (same numbers when nothing else moves
-    the params before COCOB does).
+    with :math:`L_0 = \varepsilon`. The starting point :math:`w_1` is a copy of the params made by ``init`` (as in
+    Optax 0.2.8). ``init`` also works on ``jax.ShapeDtypeStruct`` leaves: the starting point is then NaN until the
+    first update, which takes it from the params it is given.
 
     Args:
       alpha: :math:`\alpha > 0`, bounds the fraction of wealth bet early on.
@@ -69,7 +79,10 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
         def leaf(p):
             dtype = state_dtype(p.dtype)
             zeros = lambda: jnp.zeros(jnp.shape(p), dtype)  # noqa: E731 - one buffer per field (donation-safe)
-            start = zeros() if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
+            if isinstance(p, jax.ShapeDtypeStruct):  # not known yet: NaN marks it, the first update fills it in
+                start = jnp.full(jnp.shape(p), jnp.nan if jnp.issubdtype(dtype, jnp.inexact) else 0, dtype)
+            else:
+                start = jnp.array(p, dtype, copy=True)
             return start, zeros(), jnp.full(jnp.shape(p), eps, dtype), zeros(), zeros()
 
         return COCOBState(*map_n(5, leaf, params))
@@ -81,7 +94,7 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
         def leaf(c, p, p0, theta, big_l, big_g, reward):
             cc = c.astype(compute_dtype(c.dtype))
             pc = p.astype(p0.dtype)
-            p0 = jnp.where(big_g == 0, pc, p0)
+            p0 = _fill_start(p0, pc)
             big_l = jnp.maximum(big_l, jnp.abs(cc))
             big_g = big_g + jnp.abs(cc)
             reward = jnp.maximum(reward - cc * (pc - p0), 0)

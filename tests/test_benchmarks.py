@@ -40,10 +40,10 @@ def test_gpt2_full_shape_is_gpt2_small():
 
 
 def test_sweep_runs_and_every_optimizer_exists_in_both_libraries(tmp_path):
-    import gradax
     import optax
-
     from benchmarks import sweep
+
+    import gradax
 
     for name, make in sweep.OPTIMIZERS.items():  # each entry builds on both sides (no compile)
         assert make(gradax) is not None and make(optax) is not None, name

@@ -15,7 +15,7 @@ import gradax
 
 from ._helpers import assert_trees_close, simple_tree
 from .registry import entries
-from .test_battery import _grads, _run, _update_fn
+from .test_battery import _grads, _unrolled, _update_fn
 
 SCHEDULABLE = ("learning_rate", "weight_decay")
 
@@ -44,7 +44,7 @@ def test_constant_schedule_equals_number(entry, name, value):
     def both(params, grads):
         outs = []
         for tx in (as_number, as_schedule):
-            ups, _, _ = _run(_update_fn(entry, tx), tx.init(params), params, grads)
+            ups, _, _ = _unrolled(_update_fn(entry, tx), tx.init(params), params, grads)
             outs.append(ups)
         return outs
 

@@ -350,6 +350,22 @@ class JaxRun:
     hlo: str
 
 
+# XLA compile options for every jitted step of both libraries (``--xla-option KEY=VALUE``); empty: XLA's defaults
+COMPILER_OPTIONS: dict[str, Any] = {}
+
+
+def parse_xla_options(items: list[str] | None) -> dict[str, Any]:
+    """``["xla_cpu_copy_insertion_use_region_analysis=true"]`` -> ``{"xla_cpu_...": True}`` (ints and bools parsed)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--xla-option expects KEY=VALUE, got {item!r}")
+        low = raw.strip().lower()
+        out[key.strip()] = True if low == "true" else False if low == "false" else int(low) if low.isdigit() else raw
+    return out
+
+
 def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict, make: Callable | None = None) -> JaxRun:
     opt = (make or wl.make_opt)(mod)
     params = jax.tree.map(jnp.asarray, params_np)
@@ -362,7 +378,8 @@ def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict, make: C
         return mod.apply_updates(p, u), s
 
     t = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, grads).compile()
+    jitted = jax.jit(step, donate_argnums=(0, 1), compiler_options=COMPILER_OPTIONS or None)
+    compiled = jitted.lower(params, state, grads).compile()
     compile_s = time.perf_counter() - t
     return JaxRun(compiled, params, state, grads, compile_s, compiled.as_text() or "")
 
@@ -654,7 +671,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default="benchmarks/results.json")
     ap.add_argument("--md", default=None, help="also write the markdown table here")
     ap.add_argument("--hlo", default=None, help="directory to write compiled HLO of every jitted step")
+    ap.add_argument(
+        "--xla-option",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="XLA compile option for every step of both libraries (repeatable), e.g. "
+        "xla_cpu_copy_insertion_use_region_analysis=true",
+    )
     args = ap.parse_args(argv)
+    COMPILER_OPTIONS.clear()
+    COMPILER_OPTIONS.update(parse_xla_options(args.xla_option))
     cfg = SIZES[args.size]
     steps = args.steps or cfg["steps"]
 
@@ -662,6 +689,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return not args.only or any(o in name for o in args.only)
 
     env = environment()
+    env["xla_options"] = dict(COMPILER_OPTIONS)
     print(f"# gradax benchmarks, size={args.size}, repeats={args.repeats}: {json.dumps(env)}", flush=True)
     workloads = build_workloads(args.size)
     biggest = max(n_params(w.shapes) for w in workloads) * 4

@@ -19,7 +19,18 @@ import jax
 
 import gradax
 
-from .run import SIZES, Workload, block, gpt2_shapes, make_tree, n_params, prepare_jax, time_jax
+from .run import (
+    COMPILER_OPTIONS,
+    SIZES,
+    Workload,
+    block,
+    gpt2_shapes,
+    make_tree,
+    n_params,
+    parse_xla_options,
+    prepare_jax,
+    time_jax,
+)
 
 try:  # the comparison (benchmarks only)
     import optax
@@ -132,7 +143,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--steps", type=int, default=None, help="steps per timed repeat (default per size)")
     parser.add_argument("--only", action="append", default=[], help="optimizer name (repeatable, substring match)")
     parser.add_argument("--md", default=None, help="also write the markdown table here")
+    parser.add_argument(
+        "--xla-option",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="XLA compile option for both libraries' steps (repeatable), as in benchmarks.run",
+    )
     args = parser.parse_args(argv)
+    COMPILER_OPTIONS.clear()
+    COMPILER_OPTIONS.update(parse_xla_options(args.xla_option))
     if optax is None:
         sys.exit("benchmarks.sweep compares with Optax: install the bench extra (pip install -e '.[bench]').")
     rows = sweep(args.size, args.repeats, args.steps or SIZES[args.size]["steps"], args.only)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from benchmarks import run
 
 
@@ -51,3 +52,17 @@ def test_sweep_runs_and_every_optimizer_exists_in_both_libraries(tmp_path):
     rows = sweep.main(["--size", "tiny", "--repeats", "1", "--steps", "1", "--only", "adafactor", "--md", str(md)])
     assert [r["name"] for r in rows] == ["adafactor"] and rows[0]["ratio"] > 0
     assert "| adafactor |" in md.read_text()
+
+
+def test_xla_options_parse_and_reject_bad_input():
+    from benchmarks.run import parse_xla_options
+
+    assert parse_xla_options(["xla_cpu_copy_insertion_use_region_analysis=true", "a=3", "b=False", "c=x"]) == {
+        "xla_cpu_copy_insertion_use_region_analysis": True,
+        "a": 3,
+        "b": False,
+        "c": "x",
+    }
+    assert parse_xla_options(None) == {}
+    with pytest.raises(SystemExit, match="KEY=VALUE, got 'nonsense'"):
+        parse_xla_options(["nonsense"])

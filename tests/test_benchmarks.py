@@ -66,3 +66,10 @@ def test_xla_options_parse_and_reject_bad_input():
     assert parse_xla_options(None) == {}
     with pytest.raises(SystemExit, match="KEY=VALUE, got 'nonsense'"):
         parse_xla_options(["nonsense"])
+
+
+def test_copies_counts_state_copies_per_library():
+    from benchmarks import copies
+
+    out = copies.main(["--only", "lion", "--xla-option", "xla_cpu_copy_insertion_use_region_analysis=true"])
+    assert out == {"lion": (0, 0)}  # region analysis orders Lion's read of the old momentum before its overwrite

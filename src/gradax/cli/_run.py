@@ -160,10 +160,18 @@ def train(
         lambda x: jnp.array(x, copy=True) if isinstance(x, jax.Array) else x, optimizer.init(params)
     )
 
+    # the batch's loss, gradient and loss function go to every transformation that takes them (line searches and
+    # L-BFGS: value, grad, value_fn; reduce_on_plateau, polyak_sgd: value); the others ignore them
+    tx = gradax.with_extra_args_support(optimizer)
+
     @jax.jit(donate_argnums=(0, 1), compiler_options=step_compiler_options())
     def step_fn(params, opt_state, xb, yb):
         (loss, acc), grads = jax.value_and_grad(task.loss_and_acc, has_aux=True)(params, xb, yb)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+
+        def value_fn(p):
+            return task.loss_and_acc(p, xb, yb)[0]
+
+        updates, opt_state = tx.update(grads, opt_state, params, value=loss, grad=grads, value_fn=value_fn)
         return gradax.apply_updates(params, updates), opt_state, loss, acc
 
     eval_fn = jax.jit(task.loss_and_acc)

@@ -366,6 +366,25 @@ def parse_xla_options(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def add_xla_option_argument(parser: argparse.ArgumentParser) -> None:
+    """``--xla-option KEY=VALUE`` (repeatable): an XLA compile option for every jitted step of both libraries."""
+    parser.add_argument(
+        "--xla-option",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="XLA compile option for every step of both libraries (repeatable), e.g. "
+        "xla_cpu_copy_insertion_use_region_analysis=true",
+    )
+
+
+def use_xla_options(items: list[str] | None) -> dict[str, Any]:
+    """Parse ``--xla-option`` values into :data:`COMPILER_OPTIONS`, which :func:`prepare_jax` compiles with."""
+    COMPILER_OPTIONS.clear()
+    COMPILER_OPTIONS.update(parse_xla_options(items))
+    return COMPILER_OPTIONS
+
+
 def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict, make: Callable | None = None) -> JaxRun:
     opt = (make or wl.make_opt)(mod)
     params = jax.tree.map(jnp.asarray, params_np)
@@ -671,17 +690,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default="benchmarks/results.json")
     ap.add_argument("--md", default=None, help="also write the markdown table here")
     ap.add_argument("--hlo", default=None, help="directory to write compiled HLO of every jitted step")
-    ap.add_argument(
-        "--xla-option",
-        action="append",
-        default=None,
-        metavar="KEY=VALUE",
-        help="XLA compile option for every step of both libraries (repeatable), e.g. "
-        "xla_cpu_copy_insertion_use_region_analysis=true",
-    )
+    add_xla_option_argument(ap)
     args = ap.parse_args(argv)
-    COMPILER_OPTIONS.clear()
-    COMPILER_OPTIONS.update(parse_xla_options(args.xla_option))
+    use_xla_options(args.xla_option)
     cfg = SIZES[args.size]
     steps = args.steps or cfg["steps"]
 

@@ -20,16 +20,16 @@ import jax
 import gradax
 
 from .run import (
-    COMPILER_OPTIONS,
     SIZES,
     Workload,
+    add_xla_option_argument,
     block,
     gpt2_shapes,
     make_tree,
     n_params,
-    parse_xla_options,
     prepare_jax,
     time_jax,
+    use_xla_options,
 )
 
 try:  # the comparison (benchmarks only)
@@ -143,16 +143,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--steps", type=int, default=None, help="steps per timed repeat (default per size)")
     parser.add_argument("--only", action="append", default=[], help="optimizer name (repeatable, substring match)")
     parser.add_argument("--md", default=None, help="also write the markdown table here")
-    parser.add_argument(
-        "--xla-option",
-        action="append",
-        default=None,
-        metavar="KEY=VALUE",
-        help="XLA compile option for both libraries' steps (repeatable), as in benchmarks.run",
-    )
+    add_xla_option_argument(parser)
     args = parser.parse_args(argv)
-    COMPILER_OPTIONS.clear()
-    COMPILER_OPTIONS.update(parse_xla_options(args.xla_option))
+    use_xla_options(args.xla_option)
     if optax is None:
         sys.exit("benchmarks.sweep compares with Optax: install the bench extra (pip install -e '.[bench]').")
     rows = sweep(args.size, args.repeats, args.steps or SIZES[args.size]["steps"], args.only)

@@ -22,14 +22,29 @@ from .registry import entries
 ENTRIES = entries()
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_init_state_holds_distinct_buffers(entry):
-    params = simple_tree()
-    state = entry.build(gradax).init(params)
+def _assert_distinct(what, state, params):
     arrays = [x for x in jax.tree.leaves((state, params)) if isinstance(x, jax.Array)]
     owners = collections.Counter(x.unsafe_buffer_pointer() for x in arrays)
     shared = [ptr for ptr, n in owners.items() if n > 1]
-    assert not shared, f"{entry.id}: {len(shared)} buffer(s) appear more than once in (state, params)"
+    assert not shared, f"{what}: {len(shared)} buffer(s) appear more than once in (state, params)"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
+def test_init_state_holds_distinct_buffers(entry):
+    params = simple_tree()
+    _assert_distinct(entry.id, entry.build(gradax).init(params), params)
+
+
+INJECTABLE = [e for e in ENTRIES if e.inject and e.make is None and "inject" not in e.skip]
+
+
+@pytest.mark.parametrize("entry", INJECTABLE, ids=[e.id for e in INJECTABLE])
+def test_injected_init_state_holds_distinct_buffers(entry):
+    # inject_hyperparams keeps the hyperparameters in its state and hands them to the inner factory: an inner state
+    # that stores one (Prodigy's estim_lr0) must not share its buffer (gradax train donates the state)
+    params = simple_tree()
+    tx = gradax.inject_hyperparams(entry.factory(gradax))(**entry.kwargs)
+    _assert_distinct(f"inject_hyperparams({entry.id})", tx.init(params), params)
 
 
 def test_a_donated_step_runs_on_an_eager_init():

@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,28 @@ def step_compiler_options() -> dict[str, Any] | None:
     return None
 
 
+def make_step_fn(task: Task, optimizer: Any) -> Callable:
+    """The jitted training step ``(params, opt_state, xb, yb) -> (params, opt_state, loss, accuracy)``.
+
+    Params and state are donated and updated in place, compiled with :func:`step_compiler_options`. The batch's loss,
+    gradient and loss function go to every transformation that takes them (line searches and L-BFGS: ``value``,
+    ``grad``, ``value_fn``; ``reduce_on_plateau``, ``polyak_sgd``: ``value``); the others ignore them.
+    """
+    tx = gradax.with_extra_args_support(optimizer)
+
+    @jax.jit(donate_argnums=(0, 1), compiler_options=step_compiler_options())
+    def step_fn(params, opt_state, xb, yb):
+        (loss, acc), grads = jax.value_and_grad(task.loss_and_acc, has_aux=True)(params, xb, yb)
+
+        def value_fn(p):
+            return task.loss_and_acc(p, xb, yb)[0]
+
+        updates, opt_state = tx.update(grads, opt_state, params, value=loss, grad=grads, value_fn=value_fn)
+        return gradax.apply_updates(params, updates), opt_state, loss, acc
+
+    return step_fn
+
+
 def train(
     task: Task,
     optimizer: Any,
@@ -154,26 +177,8 @@ def train(
 ) -> History:
     """Train ``task`` with ``optimizer``; returns per-step train metrics and periodic test metrics."""
     params = task.init(jax.random.PRNGKey(seed))
-    # the step donates params and state: every state leaf gets a buffer of its own (a composed optimizer could hold
-    # one array in two places, which a donated call rejects)
-    opt_state = jax.tree.map(
-        lambda x: jnp.array(x, copy=True) if isinstance(x, jax.Array) else x, optimizer.init(params)
-    )
-
-    # the batch's loss, gradient and loss function go to every transformation that takes them (line searches and
-    # L-BFGS: value, grad, value_fn; reduce_on_plateau, polyak_sgd: value); the others ignore them
-    tx = gradax.with_extra_args_support(optimizer)
-
-    @jax.jit(donate_argnums=(0, 1), compiler_options=step_compiler_options())
-    def step_fn(params, opt_state, xb, yb):
-        (loss, acc), grads = jax.value_and_grad(task.loss_and_acc, has_aux=True)(params, xb, yb)
-
-        def value_fn(p):
-            return task.loss_and_acc(p, xb, yb)[0]
-
-        updates, opt_state = tx.update(grads, opt_state, params, value=loss, grad=grads, value_fn=value_fn)
-        return gradax.apply_updates(params, updates), opt_state, loss, acc
-
+    opt_state = optimizer.init(params)  # distinct buffers, none of them a params buffer (tests/contract)
+    step_fn = make_step_fn(task, optimizer)
     eval_fn = jax.jit(task.loss_and_acc)
     x_test, y_test = (jnp.asarray(a) for a in task.test_data)
     eval_every = eval_every or max(1, steps // 20)

@@ -13,6 +13,7 @@ from .._checks import check_needs, check_positive
 from .._maps import map_n
 from .._numerics import compute_dtype, state_dtype
 from ..optimizers._moments import hyper_values
+from ..optimizers._rms import full_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -83,7 +84,7 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
                 start = jnp.full(jnp.shape(p), jnp.nan if jnp.issubdtype(dtype, jnp.inexact) else 0, dtype)
             else:
                 start = jnp.array(p, dtype, copy=True)
-            return start, zeros(), jnp.full(jnp.shape(p), eps, dtype), zeros(), zeros()
+            return start, zeros(), full_state_like(p, eps), zeros(), zeros()
 
         return COCOBState(*map_n(5, leaf, params))
 

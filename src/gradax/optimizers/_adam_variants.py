@@ -11,12 +11,13 @@ from jax.typing import ArrayLike
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_positive
 from .._hyperparams import as_value
-from .._numerics import abs_sq, state_dtype
+from .._numerics import abs_sq
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import FirstMomentHat, ScaleByAdamState, check_adam_args
 from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values, moment_transformation, zero_moments
+from ._rms import full_state_like
 
 
 class ScaleByAmsgradState(NamedTuple):
@@ -512,11 +513,8 @@ def scale_by_yogi(
     check_positive("scale_by_yogi", "initial_accumulator_value", initial_accumulator_value)
 
     def init_moments(params):
-        def full(p):
-            dtype = state_dtype(p.dtype)
-            return jnp.full(jnp.shape(p), as_value(initial_accumulator_value), dtype)
-
-        return jax.tree.map(full, params), jax.tree.map(full, params)
+        value = as_value(initial_accumulator_value)
+        return full_state_like(params, value), full_state_like(params, value)
 
     def make_leaf(count_inc):
         beta1, beta2, e, e_root = hyper_values(b1, b2, eps, eps_root)

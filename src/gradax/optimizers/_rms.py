@@ -47,8 +47,17 @@ class ScaleByRStdDevWithCountState(NamedTuple):
 
 
 def full_state_like(params: Params, value, dtype=None) -> Params:
-    """Arrays filled with ``value``, shaped like ``params`` (arrays or ``ShapeDtypeStruct``), in the state dtype."""
-    return jax.tree.map(lambda p: jnp.full(jnp.shape(p), value, state_dtype(p.dtype, dtype)), params)
+    """Arrays filled with ``value``, shaped like ``params`` (arrays or ``ShapeDtypeStruct``), in the state dtype.
+
+    Every array is a buffer of its own, never ``value``'s: ``jnp.full`` of a scalar shape returns its fill array
+    itself, and a state holding one buffer twice (or the injected hyperparameter's) cannot be donated.
+    """
+
+    def leaf(p):
+        dt = state_dtype(p.dtype, dtype)
+        return jnp.full(jnp.shape(p), jnp.array(value, dt, copy=True))
+
+    return jax.tree.map(leaf, params)
 
 
 def _scaled(g, variance, eps, eps_in_sqrt: bool):

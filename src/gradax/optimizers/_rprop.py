@@ -15,6 +15,7 @@ from .._maps import map_n
 from .._numerics import compute_dtype, state_dtype
 from ..transforms._combining import chain
 from ..transforms._scaling import scale
+from ._rms import full_state_like
 
 
 class ScaleByRpropState(NamedTuple):
@@ -88,7 +89,7 @@ def scale_by_rprop(
 
     def init(params):
         return ScaleByRpropState(
-            step_sizes=jax.tree.map(lambda p: jnp.full(jnp.shape(p), initial, state_dtype(p.dtype)), params),
+            step_sizes=full_state_like(params, initial),
             prev_updates=jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype)), params),
         )
 

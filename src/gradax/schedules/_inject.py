@@ -287,7 +287,9 @@ def inject_hyperparams(
                 count=jnp.zeros([], jnp.int32),
                 hyperparams=hyperparams,
                 hyperparams_states=schedule_states,
-                inner_state=build(hyperparams).init(params),
+                # the inner init gets its own copies: a state that keeps a hyperparameter (Prodigy's estim_lr0) must
+                # not hold the hyperparams' buffer, which a donated step would then be handed twice
+                inner_state=build({k: jnp.array(v, copy=True) for k, v in hyperparams.items()}).init(params),
             )
 
         def update(updates, state, params=None, **extra_args):

@@ -55,6 +55,7 @@ except Exception:  # noqa: BLE001 - any import failure means "no torch column"
     torch = None
 
 IMPLS = ("gradax", "optax", "torch")
+FUSED = "gradax_fused"  # the column of gradax.fused.adamw(...).step (update and apply in one kernel on CPU)
 
 # Bytes per parameter that each step's math must move at minimum (float32 unless stated), used for % of copy
 # bandwidth. Reads + writes of the arrays a fully fused step touches once each:
@@ -245,12 +246,33 @@ def build_workloads(size: str) -> list[Workload]:
         sched = o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, total_steps, end_value=1e-5)
         return o.chain(o.clip_by_global_norm(1.0), o.adamw(sched, weight_decay=1e-4))
 
+    def fused_clip_adamw(o: Any) -> Any:
+        sched = o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, total_steps, end_value=1e-5)
+        return o.fused.adamw(sched, weight_decay=1e-4, max_grad_norm=1.0)
+
+    fused_adamw = {FUSED: lambda o: o.fused.adamw(1e-3, weight_decay=1e-4)}
     wl = [
-        Workload("adamw_gpt2", gpt, lambda o: o.adamw(1e-3, weight_decay=1e-4), torch_step=_torch_adamw("adamw")),
         Workload(
-            "adamw_many_leaves", many, lambda o: o.adamw(1e-3, weight_decay=1e-4), torch_step=_torch_adamw("adamw")
+            "adamw_gpt2",
+            gpt,
+            lambda o: o.adamw(1e-3, weight_decay=1e-4),
+            torch_step=_torch_adamw("adamw"),
+            extra=fused_adamw,
         ),
-        Workload("clip_adamw_schedule", gpt, clip_adamw, torch_step=_torch_adamw("clip")),
+        Workload(
+            "adamw_many_leaves",
+            many,
+            lambda o: o.adamw(1e-3, weight_decay=1e-4),
+            torch_step=_torch_adamw("adamw"),
+            extra=fused_adamw,
+        ),
+        Workload(
+            "clip_adamw_schedule",
+            gpt,
+            clip_adamw,
+            torch_step=_torch_adamw("clip"),
+            extra={FUSED: fused_clip_adamw},
+        ),
         Workload(
             "sgd_nesterov", gpt, lambda o: o.sgd(1e-2, momentum=0.9, nesterov=True), torch_step=_torch_adamw("sgd")
         ),
@@ -270,6 +292,8 @@ def build_workloads(size: str) -> list[Workload]:
                 decay_labels,
             ),
             torch_step=_torch_adamw("partition"),
+            # the same two groups as one AdamW whose decay is masked
+            extra={FUSED: lambda o: o.fused.adamw(1e-3, weight_decay=1e-4, mask=decay_mask)},
         ),
         Workload(
             "multisteps_adamw",
@@ -393,6 +417,8 @@ def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict, make: C
     state = jax.tree.map(jnp.copy, jax.jit(opt.init)(params))
 
     def step(p: Any, s: Any, g: Any) -> tuple[Any, Any]:
+        if isinstance(opt, gradax.fused.FusedGradientTransformation):
+            return opt.step(g, s, p)  # update and apply in one pass
         u, s = opt.update(g, s, p)
         return mod.apply_updates(p, u), s
 
@@ -465,6 +491,8 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
     if wl.extra:
         med = {k: statistics.median(v) for k, v in times.items()}
         for k in wl.extra:
+            if k == FUSED:  # same state as gradax; its step has a table of its own
+                continue
             notes.append(
                 f"step gradax / {k} = {ratio(med['gradax'], med[k])}, optimizer state gradax / {k} = "
                 f"{state_bytes['gradax'] / state_bytes[k]:.3f} ({state_bytes['gradax'] / 1e6:.2f} MB vs "
@@ -497,7 +525,16 @@ def run_compile_workload(leaf_counts: tuple[int, ...], repeats: int) -> dict[str
         wl = Workload("compile", shapes, clip_adamw)
         # gradax.flatten(chain): the same optimizer on one flat buffer per dtype (opt-in; its state is flat too)
         flat = Workload("compile_flat", shapes, lambda o: o.flatten(clip_adamw(o)))
-        impls = [("gradax", gradax, wl), ("optax", optax, wl)]
+        fused = Workload(
+            "compile_fused",
+            shapes,
+            lambda o: o.fused.adamw(
+                o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10_000, end_value=1e-5),
+                weight_decay=1e-4,
+                max_grad_norm=1.0,
+            ),
+        )
+        impls = [("gradax", gradax, wl), ("optax", optax, wl), (FUSED, gradax, fused)]
         if n <= 1000:  # flatten's concatenation of every leaf compiles no faster (see RESULTS.md): skip the big trees
             impls.append(("gradax_flatten", gradax, flat))
         times: dict[str, list[float]] = {name: [] for name, _, _ in impls}
@@ -623,20 +660,39 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {ratio(med['gradax'], med['optax'])} | {ratio(med['gradax'], med.get('torch'))} | {pct} "
             f"| {fmt_t(c['gradax'])} / {fmt_t(c['optax'])} ({ratio(c['gradax'], c['optax'])}) |"
         )
+    fused_rows = [(n, r) for n, r in result["workloads"].items() if r["kind"] == "step" and FUSED in r["step_s"]]
+    if fused_rows:
+        lines += [
+            "",
+            "| workload | gradax.fused step (median, min..max) | fused/optax | fused/torch | fused/gradax "
+            "| % copy BW fused | compile fused / optax |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, r in fused_rows:
+            med = {k: v["median"] for k, v in r["step_s"].items()}
+            nbytes = r["bytes_per_param"] * r["params"]
+            c = r["compile_s"]
+            lines.append(
+                f"| {name} | {spread(r['step_s'][FUSED])} | {ratio(med[FUSED], med['optax'])} "
+                f"| {ratio(med[FUSED], med.get('torch'))} | {ratio(med[FUSED], med['gradax'])} "
+                f"| {100 * nbytes / med[FUSED] / bw:.0f}% | {fmt_t(c[FUSED])} / {fmt_t(c['optax'])} "
+                f"({ratio(c[FUSED], c['optax'])}) |"
+            )
     comp = result["workloads"].get("compile_clip_adamw")
     if comp:
         lines += [
             "",
             "| compile time, clip+AdamW chain | gradax (median, min..max) | optax | gradax/optax "
-            "| gradax.flatten(chain) | flatten/optax |",
-            "|---|---|---|---|---|---|",
+            "| gradax.flatten(chain) | flatten/optax | gradax.fused.adamw(max_grad_norm=1) | fused/optax |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for n, d in comp["compile_s"].items():
-            fl = d.get("gradax_flatten")
+            fl, fu = d.get("gradax_flatten"), d.get(FUSED)
             lines.append(
                 f"| {n} leaves | {spread(d['gradax'])} | {spread(d['optax'])} "
                 f"| {ratio(d['gradax']['median'], d['optax']['median'])} | {spread(fl) if fl else '-'} "
-                f"| {ratio(fl['median'], d['optax']['median']) if fl else '-'} |"
+                f"| {ratio(fl['median'], d['optax']['median']) if fl else '-'} | {spread(fu) if fu else '-'} "
+                f"| {ratio(fu['median'], d['optax']['median']) if fu else '-'} |"
             )
     lb = result["workloads"].get("lbfgs_rosenbrock")
     if lb:

@@ -235,6 +235,7 @@ from .losses import squared_error as squared_error
 from . import assignment as assignment
 from . import contrib as contrib
 from . import experimental as experimental
+from . import fused as fused
 from . import losses as losses
 from . import microbatching as microbatching
 from . import perturbations as perturbations

@@ -28,6 +28,7 @@ MODULES = [
     "second_order",
     "microbatching",
     "experimental.aggregating",
+    "fused",
 ]
 
 

@@ -1,0 +1,35 @@
+"""Registry entries for gradax.fused (not in Optax): ``init``/``update`` are Optax's ``adamw`` (after
+``clip_by_global_norm`` with ``max_grad_norm``), so the oracle side builds those. ``step`` has its own contract
+tests in tests/test_fused.py (jit, vmap, grad, scan, cond, dtypes, pytree shapes, sharding)."""
+
+import gradax
+
+from . import Entry
+
+
+def _fused(**kwargs):
+    def make(ox):
+        if ox is gradax:
+            return gradax.fused.adamw(**kwargs)
+        kw = dict(kwargs)
+        clip = kw.pop("max_grad_norm", None)
+        opt = ox.adamw(**kw)
+        return opt if clip is None else ox.chain(ox.clip_by_global_norm(clip), opt)
+
+    return make
+
+
+ENTRIES = [
+    Entry("fused.adamw", make=_fused(learning_rate=1e-2, weight_decay=0.1), needs_params=True, inject=False),
+    Entry(
+        "fused.adamw",
+        make=_fused(learning_rate=lambda c: 1e-2 / (1.0 + c), weight_decay=0.1, nesterov=True, max_grad_norm=0.5),
+        needs_params=True,
+        inject=False,
+    ),
+]
+
+COVERED = {
+    "fused.FusedGradientTransformation": "tests/test_fused.py",
+    "fused.kernel_status": "tests/test_fused.py",
+}

@@ -1,0 +1,288 @@
+"""gradax.fused: the one-pass AdamW step (C kernel through XLA's FFI on CPU) against update + apply_updates, its
+fallbacks, and the contract checks of the battery applied to ``step`` (jit, vmap, grad, scan, cond, dtypes, pytree
+shapes, sharding)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradax
+from gradax import _kernels
+from gradax.fused._adamw import adamw_reference
+
+pytestmark = pytest.mark.xdist_group("fused")
+
+HAS_CC = any(shutil.which(c) for c in ("cc", "gcc", "clang"))
+SCHED = gradax.warmup_cosine_decay_schedule(0.0, 1e-2, 3, 100, end_value=1e-4)
+
+
+def _tree(seed, shapes=((33,), (7, 5), (300, 257), ())):
+    rng = np.random.default_rng(seed)
+    return {f"l{i}": jnp.asarray(rng.normal(size=s), jnp.float32) for i, s in enumerate(shapes)}
+
+
+def _reference_opt(kwargs):
+    kwargs = dict(kwargs)
+    clip = kwargs.pop("max_grad_norm", None)
+    opt = gradax.adamw(**kwargs)
+    return opt if clip is None else gradax.chain(gradax.clip_by_global_norm(clip), opt)
+
+
+def _run(opt, params, grads, steps, fused):
+    state = opt.init(params)
+
+    def one(p, s, g):
+        if fused:
+            return opt.step(g, s, p)
+        u, s = opt.update(g, s, p)
+        return gradax.apply_updates(p, u), s
+
+    f = jax.jit(one)
+    for k in range(steps):
+        params, state = f(params, state, jax.tree.map(lambda x, k=k: x * (1.0 - 0.2 * k), grads))
+    return params, state
+
+
+def _assert_close(a, b, rtol=2e-6, atol=2e-7):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b), strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape, jax.tree_util.keystr(path)
+        np.testing.assert_allclose(
+            np.asarray(x), np.asarray(y), rtol=rtol, atol=atol, err_msg=jax.tree_util.keystr(path)
+        )
+
+
+CONFIGS = {
+    "plain": dict(learning_rate=1e-2, weight_decay=0.1),
+    "nesterov_eps_root": dict(learning_rate=1e-2, weight_decay=0.1, nesterov=True, eps_root=1e-8),
+    "no_decay": dict(learning_rate=1e-2, weight_decay=0.0),
+    "mask_fn": dict(learning_rate=1e-2, weight_decay=0.1, mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p)),
+    "mask_tree": dict(learning_rate=1e-2, weight_decay=0.1, mask={"l0": True, "l1": False, "l2": True, "l3": False}),
+    "schedules_clip": dict(learning_rate=SCHED, weight_decay=lambda c: 0.1 * 0.9**c, max_grad_norm=5.0),
+    "clip_inactive": dict(learning_rate=1e-2, max_grad_norm=1e6, b1=0.5, b2=0.9, eps=1e-6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_step_matches_update_then_apply(name):
+    kwargs = CONFIGS[name]
+    params, grads = _tree(0), _tree(1)
+    got = _run(gradax.fused.adamw(**kwargs), params, grads, 4, fused=True)
+    want = _run(_reference_opt(kwargs), params, grads, 4, fused=False)
+    _assert_close(got, want, rtol=1e-5 if "max_grad_norm" in kwargs else 2e-6)
+    # counts are exact, and update() is adamw's own
+    assert [int(c) for c in jax.tree.leaves(got[1]) if c.dtype == jnp.int32] == [
+        int(c) for c in jax.tree.leaves(want[1]) if c.dtype == jnp.int32
+    ]
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler: the fused kernel is not built here")
+def test_kernel_is_built_and_compiled_into_the_step():
+    status = gradax.fused.kernel_status()
+    assert status.available, status.reason
+    assert Path(status.path).exists()
+    opt = gradax.fused.adamw(1e-3, max_grad_norm=1.0)
+    params = _tree(0)
+    state = opt.init(params)
+    hlo = (
+        jax.jit(lambda p, s, g: opt.step(g, s, p), donate_argnums=(0, 1))
+        .lower(params, state, params)
+        .compile()
+        .as_text()
+    )
+    assert 'custom_call_target="gradax_adamw_step"' in hlo
+    assert 'custom_call_target="gradax_sum_squares"' in hlo
+    assert " copy(" not in hlo  # in place: params and moments alias the donated inputs
+    assert "input_output_alias" in hlo
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler: the fused kernel is not built here")
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_kernel_matches_its_jnp_math(nesterov):
+    """The C kernel against adamw_reference on sizes around the vector width, the thread split (2**16 per thread)
+    and the call split (LEAVES_PER_CALL), with and without decay."""
+    rng = np.random.default_rng(3)
+    sizes = [0, 1, 15, 17, 2**16 + 3, 2**17 + 31] + [5] * (_kernels.LEAVES_PER_CALL + 1)
+    leaves = [[jnp.asarray(rng.normal(size=n), jnp.float32) for n in sizes] for _ in range(4)]
+    leaves[3] = [jnp.abs(x) for x in leaves[3]]  # nu >= 0
+    s = dict(b1=0.9, one_minus_b1=0.1, b2=0.99, one_minus_b2=0.01, c1=0.19, c1_next=0.271, c2=0.0199, eps=1e-8)
+    s.update(eps_root=1e-9, neg_lr=-1e-2, grad_scale=0.7, nesterov=float(nesterov))
+    scalars = jnp.asarray([s[k] for k in _kernels.ADAMW_SCALARS], jnp.float32)
+    wd = jnp.asarray([0.1 if i % 2 else 0.0 for i in range(len(sizes))], jnp.float32)
+    got = jax.jit(_kernels.adamw_step)(scalars, wd, *leaves)
+    # the reference takes the clipping factor from max_norm: pass the gradients pre-scaled instead
+    g_scaled = [g * scalars[_kernels.ADAMW_SCALARS.index("grad_scale")] for g in leaves[1]]
+    want = jax.jit(adamw_reference, static_argnums=2)(scalars, wd, None, leaves[0], g_scaled, leaves[2], leaves[3])
+    _assert_close(got, want, rtol=1e-6, atol=1e-7)
+    sums = jax.jit(_kernels.sum_squares)(leaves[1])
+    np.testing.assert_allclose(sums, [float(np.sum(np.asarray(x, np.float64) ** 2)) for x in leaves[1]], rtol=1e-6)
+
+
+def test_falls_back_to_update_then_apply(monkeypatch):
+    """bfloat16 params, trees with a float16 leaf, or no kernels: exactly update + apply_updates."""
+    opt = gradax.fused.adamw(1e-2, weight_decay=0.1)
+    params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _tree(0))
+    grads = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _tree(1))
+    got = _run(opt, params, grads, 2, fused=True)
+    want = _run(opt, params, grads, 2, fused=False)
+    _assert_close(got, want, rtol=0, atol=0)
+    mixed = {**_tree(0), "h": jnp.ones(3, jnp.float16)}
+    _assert_close(_run(opt, mixed, mixed, 2, fused=True), _run(opt, mixed, mixed, 2, fused=False), rtol=0, atol=0)
+    monkeypatch.setattr(_kernels, "_status", _kernels.KernelStatus(False, "disabled in a test", ""))
+    assert not gradax.fused.kernel_status().available
+    hlo = jax.jit(lambda p, s, g: opt.step(g, s, p)).lower(_tree(0), opt.init(_tree(0)), _tree(1)).as_text()
+    assert "gradax_adamw_step" not in hlo
+    _assert_close(
+        _run(opt, _tree(0), _tree(1), 2, fused=True), _run(opt, _tree(0), _tree(1), 2, fused=False), rtol=0, atol=0
+    )
+
+
+def test_unavailable_without_compiler(monkeypatch, tmp_path):
+    monkeypatch.setattr(_kernels, "_status", None)
+    monkeypatch.setattr(_kernels, "_compiler", lambda: None)
+    status = _kernels.load()
+    assert not status.available and "no C compiler" in status.reason
+    monkeypatch.setattr(_kernels, "_status", None)
+    monkeypatch.setenv("GRADAX_DISABLE_KERNELS", "1")
+    assert "GRADAX_DISABLE_KERNELS" in _kernels.load().reason
+
+
+def test_vmap_and_grad_of_step():
+    """vmap (a batch of independent optimizers) and reverse-mode through the step use the jnp math."""
+    opt = gradax.fused.adamw(1e-2, weight_decay=0.1, max_grad_norm=3.0)
+    params = _tree(0, shapes=((6,), (3, 2)))
+    batch = jax.tree.map(lambda x: jnp.stack([x, 2 * x, -x]), params)
+    grads = jax.tree.map(lambda x: x * 0.5 + 0.1, batch)
+    states = jax.vmap(opt.init)(batch)
+    got = jax.jit(jax.vmap(opt.step))(grads, states, batch)
+    for i in range(3):
+        one = jax.tree.map(lambda x, i=i: x[i], (grads, states, batch))
+        want = _run_update(opt, *one)
+        _assert_close(jax.tree.map(lambda x, i=i: x[i], got), want)
+
+    def loss(p, fused):
+        s = opt.init(p)
+        g = jax.tree.map(lambda x: jnp.sin(x), p)
+        new = opt.step(g, s, p)[0] if fused else gradax.apply_updates(p, opt.update(g, s, p)[0])
+        return sum(jnp.sum(x**2) for x in jax.tree.leaves(new))
+
+    _assert_close(jax.grad(loss)(params, True), jax.grad(loss)(params, False))
+
+
+def _run_update(opt, grads, state, params):
+    u, state = opt.update(grads, state, params)
+    return gradax.apply_updates(params, u), state
+
+
+def test_scan_and_cond():
+    opt = gradax.fused.adamw(SCHED, weight_decay=0.1)
+    params, grads = _tree(0), _tree(1)
+
+    def body(carry, k):
+        p, s = carry
+        g = jax.tree.map(lambda x: x * (1.0 + k), grads)
+        p, s = jax.lax.cond(k % 2 == 0, lambda: opt.step(g, s, p), lambda: (p, s))
+        return (p, s), None
+
+    got = jax.jit(lambda p: jax.lax.scan(body, (p, opt.init(p)), jnp.arange(4.0))[0])(params)
+    p, s = params, opt.init(params)
+    for k in (0.0, 2.0):
+        p, s = _run_update(opt, jax.tree.map(lambda x, k=k: x * (1.0 + k), grads), s, p)
+    _assert_close(got, (p, s))
+
+
+class Pair(NamedTuple):
+    w: jax.Array
+    b: jax.Array | None
+
+
+def test_pytree_shapes():
+    """None leaves, NamedTuples, Equinox modules, empty trees and scalars."""
+    eqx = pytest.importorskip("equinox")
+    opt = gradax.fused.adamw(1e-2, weight_decay=0.1, max_grad_norm=1.0)
+    trees = [
+        {"a": jnp.ones((3, 2)), "none": None, "pair": Pair(jnp.arange(4.0), None)},
+        eqx.nn.Linear(3, 2, key=jax.random.key(0)),
+        {},
+        jnp.array(2.0),
+    ]
+    for params in trees:
+        grads = jax.tree.map(lambda x: 0.5 * x + 1.0, params)
+        got = jax.jit(opt.step)(grads, opt.init(params), params)
+        want = _run_update(opt, grads, opt.init(params), params)
+        _assert_close(got, want)
+
+
+def test_wrong_grads_get_the_usual_error():
+    opt = gradax.fused.adamw(1e-2)
+    params = {"a": jnp.ones(3), "b": jnp.ones(2)}
+    with pytest.raises((ValueError, TypeError)) as fused_err:
+        opt.step({"a": jnp.ones(3)}, opt.init(params), params)
+    with pytest.raises((ValueError, TypeError)) as update_err:
+        opt.update({"a": jnp.ones(3)}, opt.init(params), params)
+    assert str(fused_err.value) == str(update_err.value)
+
+
+def test_state_is_adamws_and_copies():
+    import copy
+
+    opt = gradax.fused.adamw(1e-2, weight_decay=0.1, max_grad_norm=1.0)
+    params = _tree(0)
+    state = opt.init(params)
+    plain = gradax.chain(gradax.clip_by_global_norm(1.0), gradax.adamw(1e-2, weight_decay=0.1)).init(params)
+    assert jax.tree.structure(state) == jax.tree.structure(plain)
+    assert isinstance(opt, gradax.GradientTransformationExtraArgs)
+    assert copy.copy(opt).step is opt.step
+    # a copy with another update steps with that update
+    replaced = opt._replace(update=gradax.sgd(1.0).update)
+    new_params, _ = replaced.step(params, gradax.sgd(1.0).init(params), params)
+    _assert_close(new_params, jax.tree.map(jnp.zeros_like, params))
+
+
+SHARDING_SCRIPT = textwrap.dedent(
+    """
+    import json, jax, jax.numpy as jnp, numpy as np, gradax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    sh = NamedSharding(mesh, P("d", None))
+    rng = np.random.default_rng(0)
+    params = {k: jax.device_put(jnp.asarray(rng.normal(size=(8, 4)), jnp.float32), sh) for k in "ab"}
+    grads = jax.tree.map(lambda x: x * 0.3, params)
+    opt = gradax.fused.adamw(1e-2, weight_decay=0.1, max_grad_norm=0.5)
+    state = jax.jit(opt.init)(params)
+    p1, s1 = jax.jit(opt.step)(grads, state, params)
+    u, s2 = opt.update(grads, state, params)
+    p2 = gradax.apply_updates(params, u)
+    err = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves((p1, s1)), jax.tree.leaves((p2, s2))))
+    kept = all(x.sharding.is_equivalent_to(sh, 2) for x in jax.tree.leaves((p1, s1)) if x.shape == (8, 4))
+    # inside shard_map the kernel runs on each device's block
+    spec = lambda t: jax.tree.map(lambda x: P("d") if x.ndim else P(), t)
+    local = jax.shard_map(lambda g, s, p: opt.step(g, s, p), mesh=mesh, in_specs=(spec(grads), spec(state),
+                          spec(params)), out_specs=(spec(params), spec(state)), check_vma=False)
+    hlo = jax.jit(local).lower(grads, state, params).as_text()
+    print(json.dumps({"err": err, "kept": kept, "kernel_in_shard_map": "gradax_adamw_step" in hlo,
+                      "kernels": gradax.fused.kernel_status().available}))
+    """
+)
+
+
+def test_sharded_params_keep_their_sharding():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["kept"] and report["err"] < 1e-6
+    assert report["kernel_in_shard_map"] == report["kernels"]

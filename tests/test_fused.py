@@ -286,3 +286,18 @@ def test_sharded_params_keep_their_sharding():
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["kept"] and report["err"] < 1e-6
     assert report["kernel_in_shard_map"] == report["kernels"]
+
+
+def test_inject_hyperparams_keeps_the_fused_step():
+    """inject_hyperparams(gradax.fused.adamw)(...) has a step equal to its update + apply_updates, and its state
+    holds the learning rate like any injected optimizer."""
+    opt = gradax.inject_hyperparams(gradax.fused.adamw)(learning_rate=SCHED, weight_decay=0.1, max_grad_norm=1.0)
+    assert isinstance(opt, gradax.fused.FusedGradientTransformation)
+    params, grads = _tree(0), _tree(1)
+    got = _run(opt, params, grads, 3, fused=True)
+    want = _run(opt, params, grads, 3, fused=False)
+    _assert_close(got, want, rtol=1e-5)
+    np.testing.assert_allclose(got[1].hyperparams["learning_rate"], SCHED(2), rtol=1e-6)
+    assert not isinstance(
+        gradax.inject_hyperparams(gradax.adamw)(learning_rate=0.1), gradax.fused.FusedGradientTransformation
+    )

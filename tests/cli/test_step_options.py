@@ -42,3 +42,21 @@ def test_train_donates_an_injected_state_that_keeps_a_hyperparameter(tmp_path):
 
     out = tmp_path / "p"
     assert main(["train", "--steps", "3", "--out", str(out), "--quiet", "--optimizer", "contrib.prodigy()"]) == 0
+
+
+def test_train_with_a_fused_optimizer_runs_its_one_pass_step(tmp_path):
+    # "fused.adamw(...)" parses, inject_hyperparams (the CLI's wrapper) keeps the fused step, and the compiled CLI
+    # step calls the kernel when it is built here
+    from gradax.cli import main
+    from gradax.cli._expr import parse_optimizer
+
+    opt = parse_optimizer("fused.adamw(learning_rate=1e-2, weight_decay=0.1, max_grad_norm=1.0)").value
+    assert isinstance(opt, gradax.fused.FusedGradientTransformation)
+    task = get_task("digits")
+    params = task.init(jax.random.PRNGKey(0))
+    xb, yb = next(iter(task.batches(0, 1, 32)))
+    hlo = make_step_fn(task, opt).lower(params, opt.init(params), xb, yb).compile().as_text()
+    assert ("gradax_adamw_step" in hlo) == gradax.fused.kernel_status().available
+    assert " copy(" not in hlo
+    out = tmp_path / "f"
+    assert main(["train", "--steps", "4", "--out", str(out), "--quiet", "--optimizer", "fused.adamw(1e-2)"]) == 0

@@ -20,7 +20,7 @@ from typing import Any
 import gradax
 
 #: Submodules whose public functions may be called as ``prefix.name(...)``.
-SUBMODULES = ("contrib", "schedules", "transforms", "optimizers")
+SUBMODULES = ("contrib", "schedules", "transforms", "optimizers", "fused")
 
 
 class ExpressionError(ValueError):

@@ -300,7 +300,7 @@ def cmd_demo(args) -> int:
 EXPR_HELP = textwrap.dedent(
     """\
     Expressions use gradax's public API (as in `import gradax as optax`): calls of public functions, optionally
-    under contrib., schedules., transforms. or optimizers., with literal arguments (numbers, strings, True/False/None,
+    under contrib., schedules., transforms., optimizers. or fused., with literal arguments (numbers, strings, True/False/None,
     tuples, lists, dicts, unary minus) and nested calls. They are parsed with `ast`, never evaluated as Python."""
 )
 

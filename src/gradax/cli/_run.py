@@ -146,9 +146,11 @@ def make_step_fn(task: Task, optimizer: Any) -> Callable:
 
     Params and state are donated and updated in place, compiled with :func:`step_compiler_options`. The batch's loss,
     gradient and loss function go to every transformation that takes them (line searches and L-BFGS: ``value``,
-    ``grad``, ``value_fn``; ``reduce_on_plateau``, ``polyak_sgd``: ``value``); the others ignore them.
+    ``grad``, ``value_fn``; ``reduce_on_plateau``, ``polyak_sgd``: ``value``); the others ignore them. A
+    ``gradax.fused`` optimizer takes its one-pass ``step`` instead of ``update`` + ``apply_updates``.
     """
     tx = gradax.with_extra_args_support(optimizer)
+    fused = isinstance(optimizer, gradax.fused.FusedGradientTransformation)
 
     @jax.jit(donate_argnums=(0, 1), compiler_options=step_compiler_options())
     def step_fn(params, opt_state, xb, yb):
@@ -157,6 +159,9 @@ def make_step_fn(task: Task, optimizer: Any) -> Callable:
         def value_fn(p):
             return task.loss_and_acc(p, xb, yb)[0]
 
+        if fused:
+            params, opt_state = optimizer.step(grads, opt_state, params)
+            return params, opt_state, loss, acc
         updates, opt_state = tx.update(grads, opt_state, params, value=loss, grad=grads, value_fn=value_fn)
         return gradax.apply_updates(params, updates), opt_state, loss, acc
 

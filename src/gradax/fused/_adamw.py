@@ -304,3 +304,6 @@ def adamw(
         return treedef.unflatten(new_p), new_state
 
     return FusedGradientTransformation(tx.init, tx.update, step)
+
+
+adamw.__gradax_fused__ = True  # inject_hyperparams(adamw)(...) keeps the fused step

@@ -292,21 +292,38 @@ def inject_hyperparams(
                 inner_state=build({k: jnp.array(v, copy=True) for k, v in hyperparams.items()}).init(params),
             )
 
-        def update(updates, state, params=None, **extra_args):
+        def advance(state, extra_args):
             target = dtype()
             hyperparams = {k: _as_hyperparam(v, target, k in float_keys) for k, v in state.hyperparams.items()}
             for k, s in schedules.items():
                 hyperparams[k] = _as_hyperparam(s(state.hyperparams_states[k], **extra_args), target, True)
             schedule_states = {k: s.update(state.hyperparams_states[k], **extra_args) for k, s in schedules.items()}
-            updates, inner_state = build(hyperparams).update(updates, state.inner_state, params, **extra_args)
-            return updates, InjectStatefulHyperparamsState(
+            return hyperparams, schedule_states
+
+        def new_state(state, hyperparams, schedule_states, inner_state):
+            return InjectStatefulHyperparamsState(
                 count=safe_int32_increment(state.count),
                 hyperparams=hyperparams,
                 hyperparams_states=schedule_states,
                 inner_state=inner_state,
             )
 
-        return GradientTransformationExtraArgs(init, update)
+        def update(updates, state, params=None, **extra_args):
+            hyperparams, schedule_states = advance(state, extra_args)
+            updates, inner_state = build(hyperparams).update(updates, state.inner_state, params, **extra_args)
+            return updates, new_state(state, hyperparams, schedule_states, inner_state)
+
+        if not getattr(inner_factory, "__gradax_fused__", False):
+            return GradientTransformationExtraArgs(init, update)
+
+        from ..fused import FusedGradientTransformation  # a factory of gradax.fused: keep its one-pass step
+
+        def step(grads, state, params):
+            hyperparams, schedule_states = advance(state, {})
+            params, inner_state = build(hyperparams).step(grads, state.inner_state, params)
+            return params, new_state(state, hyperparams, schedule_states, inner_state)
+
+        return FusedGradientTransformation(init, update, step)
 
     return wrapped
 

@@ -11,16 +11,17 @@
  *
  * gradax_sum_squares: args[i] float32 leaves; rets[0] float32[n], the sum of squares of each leaf.
  *
- * The work of a call is split into contiguous ranges of the concatenated leaves, one per thread, so a tree of
- * thousands of small leaves costs one call and a big leaf uses every thread.
+ * The work of a call is split into contiguous parts of the leaves laid end to end, run on XLA's own CPU thread pool
+ * (XLA_FFI_ThreadPool_Schedule): the calling thread and the pool's threads claim parts from an atomic counter, so
+ * the call completes even when the pool runs no task of it (a pool of one thread), and no thread is created.
  */
 #include <math.h>
-#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "xla/ffi/api/c_api.h"
 
@@ -40,7 +41,9 @@ enum Scalar {
     NS
 };
 
-#define MIN_ELEMENTS_PER_THREAD (1 << 16)
+/* below this many elements per part, the cost of handing a part to another thread exceeds its work */
+#define MIN_ELEMENTS_PER_PART (1 << 15)
+#define MAX_PARTS 64
 
 static XLA_FFI_Error* make_error(const XLA_FFI_CallFrame* frame, const char* message) {
     XLA_FFI_Error_Create_Args args;
@@ -49,6 +52,15 @@ static XLA_FFI_Error* make_error(const XLA_FFI_CallFrame* frame, const char* mes
     args.message = message;
     args.errc = XLA_FFI_Error_Code_INVALID_ARGUMENT;
     return frame->api->XLA_FFI_Error_Create(&args);
+}
+
+static void drop_error(const XLA_FFI_CallFrame* frame, XLA_FFI_Error* error) {
+    if (error == NULL) return;
+    XLA_FFI_Error_Destroy_Args args;
+    memset(&args, 0, sizeof(args));
+    args.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    args.error = error;
+    frame->api->XLA_FFI_Error_Destroy(&args);
 }
 
 /* XLA asks a handler for the FFI version it was built against before using it. */
@@ -70,61 +82,135 @@ static int64_t num_elements(const XLA_FFI_Buffer* b) {
     return n;
 }
 
-static int num_threads(int64_t total) {
-    static int configured = 0;
-    if (configured == 0) {
-        const char* env = getenv("GRADAX_KERNEL_THREADS");
-        long t = env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
-        configured = t < 1 ? 1 : (t > 256 ? 256 : (int)t);
+static float* data_of(void* buffer) { return (float*)((XLA_FFI_Buffer*)buffer)->data; }
+
+static int all_float32_buffers(const XLA_FFI_CallFrame* frame) {
+    for (int64_t i = 0; i < frame->args.size; ++i) {
+        if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER) return 0;
+        if (((XLA_FFI_Buffer*)frame->args.args[i])->dtype != XLA_FFI_DataType_F32) return 0;
     }
-    int64_t by_size = total / MIN_ELEMENTS_PER_THREAD;
-    if (by_size < 1) by_size = 1;
-    return by_size < configured ? (int)by_size : configured;
+    return 1;
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* Work split: a range [begin, end) of the leaves laid end to end. */
+/* A job: parts of the leaves laid end to end, claimed by the caller and by tasks on XLA's thread pool. The job
+ * (one allocation holding everything its parts read) is freed by the last of its holders, so a task the pool
+ * starts after the call returned finds no part left and touches nothing else. */
 
-typedef struct {
-    int64_t n;              /* number of leaves */
-    const int64_t* offset;  /* offset[i]: start of leaf i in the concatenation; offset[n]: total */
-    int64_t begin, end;
-    void* ctx;
-    void (*run)(void* ctx, int64_t leaf, int64_t lo, int64_t hi);
-} Range;
+typedef struct Job Job;
+struct Job {
+    int64_t n;        /* leaves */
+    int64_t* offset;  /* offset[i]: start of leaf i; offset[n]: total */
+    int parts;
+    void (*run)(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi);
+    atomic_int next;  /* the next part to claim */
+    atomic_int done;  /* parts finished */
+    atomic_int refs;  /* the caller and every scheduled task */
+    void* data;       /* kernel-specific, inside the same allocation */
+};
 
-static void* run_range(void* arg) {
-    Range* r = (Range*)arg;
-    /* first leaf that ends after begin */
-    int64_t lo = 0, hi = r->n;
+static void run_part(Job* job, int k) {
+    int64_t total = job->offset[job->n];
+    /* parts start on multiples of 16 elements: no two threads write one cache line */
+    int64_t begin = (total * k / job->parts) & ~(int64_t)15;
+    int64_t end = k + 1 == job->parts ? total : (total * (k + 1) / job->parts) & ~(int64_t)15;
+    int64_t lo = 0, hi = job->n; /* the first leaf that ends after begin */
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        if (r->offset[mid + 1] <= r->begin) lo = mid + 1; else hi = mid;
+        if (job->offset[mid + 1] <= begin) lo = mid + 1; else hi = mid;
     }
-    for (int64_t leaf = lo; leaf < r->n && r->offset[leaf] < r->end; ++leaf) {
-        int64_t a = r->begin > r->offset[leaf] ? r->begin - r->offset[leaf] : 0;
-        int64_t b = (r->end < r->offset[leaf + 1] ? r->end : r->offset[leaf + 1]) - r->offset[leaf];
-        if (b > a) r->run(r->ctx, leaf, a, b);
+    for (int64_t leaf = lo; leaf < job->n && job->offset[leaf] < end; ++leaf) {
+        int64_t a = begin > job->offset[leaf] ? begin - job->offset[leaf] : 0;
+        int64_t b = (end < job->offset[leaf + 1] ? end : job->offset[leaf + 1]) - job->offset[leaf];
+        if (b > a) job->run(job, k, leaf, a, b);
     }
-    return NULL;
 }
 
-static void parallel_over_leaves(int64_t n, const int64_t* offset, void* ctx,
-                                 void (*run)(void*, int64_t, int64_t, int64_t), Range* ranges) {
-    int64_t total = offset[n];
-    int t = num_threads(total);
-    pthread_t threads[256];
-    int started[256];
-    for (int k = 0; k < t; ++k) {
-        /* split on multiples of 16 elements so threads do not share cache lines */
-        int64_t b = (total * k / t) & ~(int64_t)15, e = k + 1 == t ? total : (total * (k + 1) / t) & ~(int64_t)15;
-        ranges[k] = (Range){n, offset, b, e, ctx, run};
+static void work(Job* job) {
+    for (;;) {
+        int k = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (k >= job->parts) return;
+        run_part(job, k);
+        atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
     }
-    for (int k = 1; k < t; ++k) started[k] = pthread_create(&threads[k], NULL, run_range, &ranges[k]) == 0;
-    run_range(&ranges[0]);
-    for (int k = 1; k < t; ++k) {
-        if (started[k]) pthread_join(threads[k], NULL); else run_range(&ranges[k]);
+}
+
+static void release(Job* job) {
+    if (atomic_fetch_sub_explicit(&job->refs, 1, memory_order_acq_rel) == 1) free(job);
+}
+
+static void job_task(void* data) {
+    Job* job = (Job*)data;
+    work(job);
+    release(job);
+}
+
+static int pool_threads(XLA_FFI_CallFrame* frame) {
+    const XLA_FFI_Api* api = frame->api;
+    if (api->struct_size < XLA_FFI_Api_STRUCT_SIZE) return 1; /* an XLA without the thread-pool API */
+    int64_t threads = 1;
+    XLA_FFI_ThreadPool_NumThreads_Args args;
+    memset(&args, 0, sizeof(args));
+    args.struct_size = XLA_FFI_ThreadPool_NumThreads_Args_STRUCT_SIZE;
+    args.ctx = frame->ctx;
+    args.num_threads = &threads;
+    XLA_FFI_Error* err = api->XLA_FFI_ThreadPool_NumThreads(&args);
+    if (err != NULL) {
+        drop_error(frame, err);
+        return 1;
     }
+    return threads < 1 ? 1 : (int)threads;
+}
+
+static int parts_for(XLA_FFI_CallFrame* frame, int64_t total) {
+    static atomic_int cap = 0; /* GRADAX_KERNEL_THREADS, read once */
+    int c = atomic_load_explicit(&cap, memory_order_relaxed);
+    if (c == 0) {
+        const char* env = getenv("GRADAX_KERNEL_THREADS");
+        long t = env ? strtol(env, NULL, 10) : MAX_PARTS;
+        c = t < 1 ? 1 : (t > MAX_PARTS ? MAX_PARTS : (int)t);
+        atomic_store_explicit(&cap, c, memory_order_relaxed);
+    }
+    int64_t by_size = total / MIN_ELEMENTS_PER_PART;
+    int parts = pool_threads(frame);
+    if (parts > c) parts = c;
+    if (by_size < parts) parts = by_size < 1 ? 1 : (int)by_size;
+    return parts;
+}
+
+/* Runs every part of the job (on the pool where it can), waits for them, and keeps the caller's reference. */
+static void run_job(XLA_FFI_CallFrame* frame, Job* job) {
+    atomic_init(&job->next, 0);
+    atomic_init(&job->done, 0);
+    atomic_init(&job->refs, job->parts); /* the caller + parts - 1 tasks */
+    for (int k = 1; k < job->parts; ++k) {
+        XLA_FFI_ThreadPool_Schedule_Args args;
+        memset(&args, 0, sizeof(args));
+        args.struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE;
+        args.ctx = frame->ctx;
+        args.task = job_task;
+        args.data = job;
+        XLA_FFI_Error* err = job->parts > 1 ? frame->api->XLA_FFI_ThreadPool_Schedule(&args) : NULL;
+        if (err != NULL) { /* not scheduled: the caller does that part */
+            drop_error(frame, err);
+            atomic_fetch_sub_explicit(&job->refs, 1, memory_order_relaxed);
+        }
+    }
+    work(job);
+    while (atomic_load_explicit(&job->done, memory_order_acquire) < job->parts) sched_yield();
+}
+
+/* One allocation: the Job, offset[n + 1], then `extra` bytes of kernel data (zeroed), 16-byte aligned. */
+static Job* new_job(int64_t n, size_t extra) {
+    size_t head = (sizeof(Job) + 15) & ~(size_t)15;
+    size_t offsets = ((size_t)(n + 1) * sizeof(int64_t) + 15) & ~(size_t)15;
+    char* block = (char*)calloc(1, head + offsets + extra);
+    if (block == NULL) return NULL;
+    Job* job = (Job*)block;
+    job->n = n;
+    job->offset = (int64_t*)(block + head);
+    job->data = block + head + offsets;
+    return job;
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -132,8 +218,8 @@ static void parallel_over_leaves(int64_t n, const int64_t* offset, void* ctx,
 
 typedef struct {
     float s[NS];
-    const float* wd;
-    float **p, **g, **m, **v;  /* updated in place (the results alias the operands) */
+    float* wd;
+    float **p, **g, **m, **v; /* updated in place (the results alias the operands) */
 } AdamW;
 
 /* In place, with restrict pointers: the compiler vectorizes without runtime overlap checks (an exact alias of
@@ -160,13 +246,13 @@ static void adamw_span(const float* s, float wd, float* restrict p, const float*
     }
 }
 
-static void adamw_run(void* ctx, int64_t leaf, int64_t lo, int64_t hi) {
-    AdamW* a = (AdamW*)ctx;
+static void adamw_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
+    (void)part;
+    AdamW* a = (AdamW*)job->data;
     adamw_span(a->s, a->wd[leaf], a->p[leaf], a->g[leaf], a->m[leaf], a->v[leaf], lo, hi);
 }
 
-static float* data_of(void* buffer) { return (float*)((XLA_FFI_Buffer*)buffer)->data; }
-
+/* XLA passes an aliased result in its operand's buffer; copy first if it ever does not. */
 static float* in_place(float* in, float* out, int64_t size) {
     if (in != out && size > 0) memmove(out, in, (size_t)size * sizeof(float));
     return out;
@@ -178,63 +264,56 @@ XLA_FFI_Error* gradax_adamw_step(XLA_FFI_CallFrame* frame) {
     int64_t nargs = frame->args.size, nrets = frame->rets.size;
     if (nargs < 2 || (nargs - 2) % 4 != 0 || nrets != 3 * ((nargs - 2) / 4))
         return make_error(frame, "gradax_adamw_step: expected 2 + 4n operands and 3n results");
+    if (!all_float32_buffers(frame)) return make_error(frame, "gradax_adamw_step: every operand must be float32");
     int64_t n = (nargs - 2) / 4;
     void** args = frame->args.args;
     void** rets = frame->rets.rets;
-    for (int64_t i = 0; i < nargs; ++i) {
-        XLA_FFI_Buffer* b = (XLA_FFI_Buffer*)args[i];
-        if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER || b->dtype != XLA_FFI_DataType_F32)
-            return make_error(frame, "gradax_adamw_step: every operand must be a float32 buffer");
-    }
     if (num_elements((XLA_FFI_Buffer*)args[0]) != NS || num_elements((XLA_FFI_Buffer*)args[1]) != n)
         return make_error(frame, "gradax_adamw_step: wrong number of scalars or weight decays");
-    AdamW a;
-    memcpy(a.s, data_of(args[0]), sizeof(a.s));
-    a.wd = data_of(args[1]);
-    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float*);
-    int64_t* offset = (int64_t*)malloc((size_t)(n + 1) * sizeof(int64_t));
-    float** ptrs = (float**)malloc(4 * bytes);
-    Range* ranges = (Range*)malloc(256 * sizeof(Range));
-    if (offset == NULL || ptrs == NULL || ranges == NULL) {
-        free(offset); free(ptrs); free(ranges);
-        return make_error(frame, "gradax_adamw_step: out of memory");
-    }
-    a.p = ptrs; a.g = ptrs + n; a.m = ptrs + 2 * n; a.v = ptrs + 3 * n;
-    offset[0] = 0;
+    size_t ptrs = (size_t)(n > 0 ? n : 1) * sizeof(float*);
+    size_t wd_bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    Job* job = new_job(n, sizeof(AdamW) + 4 * ptrs + wd_bytes);
+    if (job == NULL) return make_error(frame, "gradax_adamw_step: out of memory");
+    AdamW* a = (AdamW*)job->data;
+    char* cursor = (char*)job->data + sizeof(AdamW);
+    a->p = (float**)cursor; a->g = (float**)(cursor + ptrs);
+    a->m = (float**)(cursor + 2 * ptrs); a->v = (float**)(cursor + 3 * ptrs);
+    a->wd = (float*)(cursor + 4 * ptrs);
+    memcpy(a->s, data_of(args[0]), sizeof(a->s));
+    memcpy(a->wd, data_of(args[1]), (size_t)n * sizeof(float));
+    job->offset[0] = 0;
     for (int64_t i = 0; i < n; ++i) {
         int64_t size = num_elements((XLA_FFI_Buffer*)args[2 + i]);
         for (int k = 1; k < 4; ++k) {
             if (num_elements((XLA_FFI_Buffer*)args[2 + k * n + i]) != size) {
-                free(offset); free(ptrs); free(ranges);
+                free(job);
                 return make_error(frame, "gradax_adamw_step: params, grads and moments differ in size");
             }
         }
-        /* XLA passes an aliased result in its operand's buffer; copy first if it ever does not */
-        a.p[i] = in_place(data_of(args[2 + i]), data_of(rets[i]), size);
-        a.g[i] = data_of(args[2 + n + i]);
-        a.m[i] = in_place(data_of(args[2 + 2 * n + i]), data_of(rets[n + i]), size);
-        a.v[i] = in_place(data_of(args[2 + 3 * n + i]), data_of(rets[2 * n + i]), size);
-        offset[i + 1] = offset[i] + size;
+        a->p[i] = in_place(data_of(args[2 + i]), data_of(rets[i]), size);
+        a->g[i] = data_of(args[2 + n + i]);
+        a->m[i] = in_place(data_of(args[2 + 2 * n + i]), data_of(rets[n + i]), size);
+        a->v[i] = in_place(data_of(args[2 + 3 * n + i]), data_of(rets[2 * n + i]), size);
+        job->offset[i + 1] = job->offset[i] + size;
     }
-    parallel_over_leaves(n, offset, &a, adamw_run, ranges);
-    free(offset); free(ptrs); free(ranges);
+    job->parts = parts_for(frame, job->offset[n]);
+    job->run = adamw_run;
+    run_job(frame, job);
+    release(job);
     return NULL;
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* Sum of squares per leaf */
+/* Sum of squares per leaf: each part adds into its own row of partial sums, the caller adds the rows. */
 
 typedef struct {
     float** x;
-    double* partial;  /* [threads][n]: each range adds into its own row */
-    int64_t n;
-    Range* ranges;
+    double* partial; /* [parts][n] */
 } SumSq;
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static double sum_squares_span(const float* x, int64_t lo, int64_t hi) {
-    /* 16 float32 partial sums (vectorizable), combined in double */
-    float acc[16] = {0};
+static double sum_squares_span(const float* restrict x, int64_t lo, int64_t hi) {
+    float acc[16] = {0}; /* 16 float32 partial sums (one vector), combined in double */
     int64_t i = lo;
     for (; i + 16 <= hi; i += 16)
         for (int k = 0; k < 16; ++k) acc[k] += x[i + k] * x[i + k];
@@ -244,22 +323,9 @@ static double sum_squares_span(const float* x, int64_t lo, int64_t hi) {
     return total;
 }
 
-static __thread double* thread_partial;
-
-static void sumsq_run(void* ctx, int64_t leaf, int64_t lo, int64_t hi) {
-    SumSq* s = (SumSq*)ctx;
-    thread_partial[leaf] += sum_squares_span(s->x[leaf], lo, hi);
-}
-
-typedef struct {
-    Range range;
-    double* partial;
-} SumSqRange;
-
-static void* sumsq_thread(void* arg) {
-    SumSqRange* r = (SumSqRange*)arg;
-    thread_partial = r->partial;
-    return run_range(&r->range);
+static void sumsq_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
+    SumSq* s = (SumSq*)job->data;
+    s->partial[(size_t)part * (size_t)job->n + (size_t)leaf] += sum_squares_span(s->x[leaf], lo, hi);
 }
 
 XLA_FFI_Error* gradax_sum_squares(XLA_FFI_CallFrame* frame) {
@@ -268,50 +334,29 @@ XLA_FFI_Error* gradax_sum_squares(XLA_FFI_CallFrame* frame) {
     int64_t n = frame->args.size;
     if (frame->rets.size != 1 || num_elements((XLA_FFI_Buffer*)frame->rets.rets[0]) != n)
         return make_error(frame, "gradax_sum_squares: expected one float32[n] result");
-    for (int64_t i = 0; i < n; ++i) {
-        XLA_FFI_Buffer* b = (XLA_FFI_Buffer*)frame->args.args[i];
-        if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER || b->dtype != XLA_FFI_DataType_F32)
-            return make_error(frame, "gradax_sum_squares: every operand must be a float32 buffer");
-    }
+    if (!all_float32_buffers(frame)) return make_error(frame, "gradax_sum_squares: every operand must be float32");
     float* out = data_of(frame->rets.rets[0]);
     if (n == 0) return NULL;
-    int64_t* offset = (int64_t*)malloc((size_t)(n + 1) * sizeof(int64_t));
-    float** x = (float**)malloc((size_t)n * sizeof(float*));
-    if (offset == NULL || x == NULL) {
-        free(offset); free(x);
-        return make_error(frame, "gradax_sum_squares: out of memory");
-    }
-    offset[0] = 0;
+    size_t ptrs = (size_t)n * sizeof(float*);
+    size_t partial_bytes = (size_t)MAX_PARTS * (size_t)n * sizeof(double);
+    Job* job = new_job(n, sizeof(SumSq) + ptrs + 16 + partial_bytes);
+    if (job == NULL) return make_error(frame, "gradax_sum_squares: out of memory");
+    SumSq* s = (SumSq*)job->data;
+    s->x = (float**)((char*)job->data + sizeof(SumSq));
+    s->partial = (double*)(((uintptr_t)((char*)s->x + ptrs) + 15) & ~(uintptr_t)15);
+    job->offset[0] = 0;
     for (int64_t i = 0; i < n; ++i) {
-        x[i] = data_of(frame->args.args[i]);
-        offset[i + 1] = offset[i] + num_elements((XLA_FFI_Buffer*)frame->args.args[i]);
+        s->x[i] = data_of(frame->args.args[i]);
+        job->offset[i + 1] = job->offset[i] + num_elements((XLA_FFI_Buffer*)frame->args.args[i]);
     }
-    int t = num_threads(offset[n]);
-    double* partial = (double*)calloc((size_t)t * (size_t)n, sizeof(double));
-    SumSqRange* ranges = (SumSqRange*)malloc((size_t)t * sizeof(SumSqRange));
-    if (partial == NULL || ranges == NULL) {
-        free(offset); free(x); free(partial); free(ranges);
-        return make_error(frame, "gradax_sum_squares: out of memory");
-    }
-    SumSq s = {x, partial, n, NULL};
-    pthread_t threads[256];
-    int started[256];
-    int64_t total = offset[n];
-    for (int k = 0; k < t; ++k) {
-        int64_t b = (total * k / t) & ~(int64_t)15, e = k + 1 == t ? total : (total * (k + 1) / t) & ~(int64_t)15;
-        ranges[k].range = (Range){n, offset, b, e, &s, sumsq_run};
-        ranges[k].partial = partial + (size_t)k * (size_t)n;
-    }
-    for (int k = 1; k < t; ++k) started[k] = pthread_create(&threads[k], NULL, sumsq_thread, &ranges[k]) == 0;
-    sumsq_thread(&ranges[0]);
-    for (int k = 1; k < t; ++k) {
-        if (started[k]) pthread_join(threads[k], NULL); else sumsq_thread(&ranges[k]);
-    }
+    job->parts = parts_for(frame, job->offset[n]);
+    job->run = sumsq_run;
+    run_job(frame, job);
     for (int64_t i = 0; i < n; ++i) {
-        double total_i = 0.0;
-        for (int k = 0; k < t; ++k) total_i += partial[(size_t)k * (size_t)n + (size_t)i];
-        out[i] = (float)total_i;
+        double total = 0.0;
+        for (int k = 0; k < job->parts; ++k) total += s->partial[(size_t)k * (size_t)n + (size_t)i];
+        out[i] = (float)total;
     }
-    free(offset); free(x); free(partial); free(ranges);
+    release(job);
     return NULL;
 }

@@ -55,6 +55,7 @@ except Exception:  # noqa: BLE001 - any import failure means "no torch column"
     torch = None
 
 IMPLS = ("gradax", "optax", "torch")
+DISPATCH = "dispatch_floor"  # a donated identity step over the same arrays (see dispatch_floor)
 FUSED = "gradax_fused"  # the column of gradax.fused.adamw(...).step (update and apply in one kernel on CPU)
 
 # Bytes per parameter that each step's math must move at minimum (float32 unless stated), used for % of copy
@@ -429,6 +430,14 @@ def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict, make: C
     return JaxRun(compiled, params, state, grads, compile_s, compiled.as_text() or "")
 
 
+def dispatch_floor(run: JaxRun) -> JaxRun:
+    """A donated jitted step that returns its params and state unchanged, over copies of ``run``'s arrays: what any
+    step over these arrays pays to cross the ``jit`` boundary (per-array argument handling and output creation)."""
+    params, state = jax.tree.map(jnp.copy, (run.params, run.state))
+    compiled = jax.jit(lambda p, s, g: (p, s), donate_argnums=(0, 1)).lower(params, state, run.grads).compile()
+    return JaxRun(compiled, params, state, run.grads, 0.0, "")
+
+
 def time_jax(run: JaxRun, steps: int) -> float:
     p, s = run.params, run.state
     t = time.perf_counter()
@@ -478,6 +487,7 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
         tp = [torch.tensor(np.asarray(v, np.float32)).to(tdtype) for v in params_np.values()]
         tg = [torch.tensor(np.asarray(v, np.float32)).to(tdtype) for v in grads_np.values()]
         runs["torch"] = wl.torch_step(tp, tg)
+    runs[DISPATCH] = dispatch_floor(runs["gradax"])
     # warm-up one batch each (first-call dispatch, allocator), then alternate
     for name, r in runs.items():
         time_jax(r, wl.steps_multiple) if name != "torch" else time_torch(r, wl.steps_multiple)
@@ -485,9 +495,15 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
     for _ in range(repeats):
         for name, r in runs.items():
             times[name].append(time_jax(r, steps) if name != "torch" else time_torch(r, steps))
+    n_arrays = len(jax.tree.leaves((runs["gradax"].params, runs["gradax"].state, runs["gradax"].grads)))
     del runs
     gc.collect()
     notes = list(wl.notes)
+    floor = statistics.median(times[DISPATCH])
+    notes.append(
+        f"dispatch floor (a donated jitted identity taking the same {n_arrays} arrays): "
+        f"{fmt_t(floor)}, {100 * floor / statistics.median(times['optax']):.0f}% of Optax's step"
+    )
     if wl.extra:
         med = {k: statistics.median(v) for k, v in times.items()}
         for k in wl.extra:

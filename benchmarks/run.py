@@ -438,19 +438,35 @@ def dispatch_floor(run: JaxRun) -> JaxRun:
     return JaxRun(compiled, params, state, run.grads, 0.0, "")
 
 
+class _NoGC:
+    """Python's cyclic GC off while a repeat is timed, after a full collection (as ``timeit`` does): a step over
+    thousands of arrays creates thousands of Python objects, and a collection landing in one implementation's repeat
+    would be charged to it."""
+
+    def __enter__(self) -> None:
+        gc.collect()
+        self.enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            gc.enable()
+
+
 def time_jax(run: JaxRun, steps: int) -> float:
     p, s = run.params, run.state
-    t = time.perf_counter()
-    for _ in range(steps):
-        p, s = run.compiled(p, s, run.grads)
-    block((p, s))
-    dt = (time.perf_counter() - t) / steps
+    with _NoGC():
+        t = time.perf_counter()
+        for _ in range(steps):
+            p, s = run.compiled(p, s, run.grads)
+        block((p, s))
+        dt = (time.perf_counter() - t) / steps
     run.params, run.state = p, s
     return dt
 
 
 def time_torch(step: Callable[[], None], steps: int) -> float:
-    with torch.no_grad():
+    with torch.no_grad(), _NoGC():
         t = time.perf_counter()
         for _ in range(steps):
             step()

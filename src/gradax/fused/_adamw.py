@@ -156,10 +156,6 @@ def _fused_adamw_math(clip: bool) -> Callable:
 # adamw
 
 
-def _scalar(x: Any) -> bool:
-    return jnp.ndim(x) == 0
-
-
 def _one_device_view() -> bool:
     """Whether the step sees whole arrays of one device: a single-device process, or inside ``shard_map`` over every
     mesh axis (local shards). Under a GSPMD-partitioned ``jit`` the kernel (an opaque custom call) would make XLA
@@ -249,59 +245,57 @@ def adamw(
         updates, state = tx.update(grads, state, params)
         return apply_updates(params, updates), state
 
+    def scalars_at(adam_state, decay_inner, lr_state):
+        """The step's scalars, computed as scale_by_adam, add_decayed_weights and scale_by_learning_rate do; None
+        when a hyperparameter is not a scalar (the XLA step handles those)."""
+        count_inc = safe_int32_increment(adam_state.count)
+        hat = FirstMomentHat.at(b1, count_inc, nesterov)
+        beta2, e, e_root = hyper_values(b2, eps, eps_root)
+        rate = value_at(weight_decay, decay_inner.count) if is_schedule(weight_decay) else as_value(weight_decay)
+        lr = learning_rate(lr_state.count) if is_schedule(learning_rate) else learning_rate
+        clip_c = None if max_grad_norm is None else as_value(max_grad_norm)
+        values = [hat.b1, hat.one_minus_b1, beta2, 1 - beta2, hat.correction]
+        values += [hat.next_correction if nesterov else hat.correction, debias_factor(beta2, count_inc), e, e_root]
+        values += [as_value(-1 * lr), jnp.ones([]), jnp.asarray(float(nesterov))]
+        if any(jnp.ndim(v) != 0 for v in (*values, rate, *([] if clip_c is None else [clip_c]))):
+            return None
+        return count_inc, jnp.stack([jnp.asarray(v, jnp.float32) for v in values]), rate, clip_c
+
     def step(grads: Updates, state: Any, params: Params) -> tuple[Params, Any]:
         if not _kernel_applies():
             return reference_step(grads, state, params)
         adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
+        decay_inner = decay_state if mask is None else decay_state.inner_state
         p_leaves, treedef = jax.tree.flatten(params)
         try:
-            g_leaves = treedef.flatten_up_to(grads)
-            m_leaves = treedef.flatten_up_to(adam_state.mu)
-            v_leaves = treedef.flatten_up_to(adam_state.nu)
+            leaves = [p_leaves, *(treedef.flatten_up_to(t) for t in (grads, adam_state.mu, adam_state.nu))]
         except (ValueError, TypeError):
             return reference_step(grads, state, params)  # raises the usual, explicit error
-        arrays = [p_leaves, g_leaves, m_leaves, v_leaves]
-        if not p_leaves or any(
-            not hasattr(x, "dtype") or x.dtype != jnp.float32 or jnp.shape(x) != jnp.shape(p)
-            for group in arrays
+        float32 = all(
+            getattr(x, "dtype", None) == jnp.float32 and jnp.shape(x) == jnp.shape(p)
+            for group in leaves
             for x, p in zip(group, p_leaves, strict=True)
-        ):
+        )
+        at = scalars_at(adam_state, decay_inner, lr_state) if float32 and p_leaves else None
+        if at is None:
             return reference_step(grads, state, params)
-
-        # the scalars, computed as scale_by_adam, add_decayed_weights and scale_by_learning_rate compute them
-        count_inc = safe_int32_increment(adam_state.count)
-        hat = FirstMomentHat.at(b1, count_inc, nesterov)
-        beta2, e, e_root = hyper_values(b2, eps, eps_root)
-        decay_inner = decay_state if mask is None else decay_state.inner_state
-        rate = value_at(weight_decay, decay_inner.count) if is_schedule(weight_decay) else as_value(weight_decay)
-        lr_count = getattr(lr_state, "count", None)
-        neg_lr = as_value(-1 * (learning_rate(lr_count) if is_schedule(learning_rate) else learning_rate))
-        clip_c = None if max_grad_norm is None else as_value(max_grad_norm)
-        values = [hat.b1, hat.one_minus_b1, beta2, 1 - beta2, hat.correction]
-        values += [hat.next_correction if nesterov else hat.correction, debias_factor(beta2, count_inc), e, e_root]
-        values += [neg_lr, jnp.ones([]), jnp.asarray(float(nesterov))]
-        if not all(_scalar(v) for v in (*values, rate)) or (clip_c is not None and not _scalar(clip_c)):
-            return reference_step(grads, state, params)
-        scalars = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
-        if mask is None:
-            decayed = [True] * len(p_leaves)
-        else:
+        count_inc, scalars, rate, clip_c = at
+        decayed = [True] * len(p_leaves)
+        if mask is not None:
             decayed = treedef.flatten_up_to(broadcast_prefix(resolve_mask("fused.adamw", mask, params), params))
-        rate = jnp.asarray(rate, jnp.float32)
-        wd = jnp.stack([rate if d else jnp.zeros([], jnp.float32) for d in decayed])
-
+        zero = jnp.zeros([], jnp.float32)
+        wd = jnp.stack([jnp.asarray(rate, jnp.float32) if d else zero for d in decayed])
         new_p, new_m, new_v = _fused_adamw_math(clip_c is not None)(
-            scalars, wd, clip_c if clip_c is not None else jnp.zeros([]), p_leaves, g_leaves, m_leaves, v_leaves
+            scalars, wd, zero if clip_c is None else clip_c, *leaves
         )
 
-        # the new states of the scalar parts, from the transformations themselves (their leaves are not used)
+        # the scalar parts of the state advance through the transformations themselves (on empty trees)
         new_adam = ScaleByAdamState(count=count_inc, mu=treedef.unflatten(new_m), nu=treedef.unflatten(new_v))
-        new_decay_inner = decay_tx.update({}, decay_inner, {})[1]
-        new_decay = MaskedState(inner_state=new_decay_inner) if mask is not None else new_decay_inner
-        new_lr = lr_tx.update({}, lr_state)[1]
-        new_inner = (new_adam, new_decay, new_lr)
-        new_state = new_inner if max_grad_norm is None else (state[0], new_inner)
-        return treedef.unflatten(new_p), new_state
+        new_decay = decay_tx.update({}, decay_inner, {})[1]
+        if mask is not None:
+            new_decay = MaskedState(inner_state=new_decay)
+        new_inner = (new_adam, new_decay, lr_tx.update({}, lr_state)[1])
+        return treedef.unflatten(new_p), new_inner if max_grad_norm is None else (state[0], new_inner)
 
     return FusedGradientTransformation(tx.init, tx.update, step)
 

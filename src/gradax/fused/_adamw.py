@@ -300,4 +300,5 @@ def adamw(
     return FusedGradientTransformation(tx.init, tx.update, step)
 
 
-adamw.__gradax_fused__ = True  # inject_hyperparams(adamw)(...) keeps the fused step
+# inject_hyperparams(adamw)(...) builds a FusedGradientTransformation with the injected step
+adamw.__gradax_fused__ = FusedGradientTransformation

@@ -313,17 +313,17 @@ def inject_hyperparams(
             updates, inner_state = build(hyperparams).update(updates, state.inner_state, params, **extra_args)
             return updates, new_state(state, hyperparams, schedule_states, inner_state)
 
-        if not getattr(inner_factory, "__gradax_fused__", False):
+        # a factory of gradax.fused names its result class here: keep its one-pass step
+        fused_class = getattr(inner_factory, "__gradax_fused__", None)
+        if fused_class is None:
             return GradientTransformationExtraArgs(init, update)
-
-        from ..fused import FusedGradientTransformation  # a factory of gradax.fused: keep its one-pass step
 
         def step(grads, state, params):
             hyperparams, schedule_states = advance(state, {})
             params, inner_state = build(hyperparams).step(grads, state.inner_state, params)
             return params, new_state(state, hyperparams, schedule_states, inner_state)
 
-        return FusedGradientTransformation(init, update, step)
+        return fused_class(init, update, step)
 
     return wrapped
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import NamedTuple
@@ -301,3 +302,15 @@ def test_inject_hyperparams_keeps_the_fused_step():
     assert not isinstance(
         gradax.inject_hyperparams(gradax.adamw)(learning_rate=0.1), gradax.fused.FusedGradientTransformation
     )
+
+
+def test_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADAX_CACHE_DIR", str(tmp_path / "c"))
+    assert _kernels._cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("GRADAX_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _kernels._cache_dir() == tmp_path / "gradax"
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # cannot hold a cache: a temporary directory instead
+    assert str(_kernels._cache_dir()).startswith(tempfile.gettempdir())

@@ -59,10 +59,19 @@ _status: KernelStatus | None = None
 
 
 def _cache_dir() -> Path:
+    """``$GRADAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradax`` or ``~/.cache/gradax``; a per-user temporary directory
+    when that one cannot be created (a read-only home)."""
     if os.environ.get("GRADAX_CACHE_DIR"):
         return Path(os.environ["GRADAX_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gradax"
+    path = Path(base) / "gradax"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / f"gradax-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
 def _compiler() -> str | None:

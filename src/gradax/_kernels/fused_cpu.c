@@ -15,6 +15,8 @@
  * (XLA_FFI_ThreadPool_Schedule): the calling thread and the pool's threads claim parts from an atomic counter, so
  * the call completes even when the pool runs no task of it (a pool of one thread), and no thread is created.
  */
+#define _POSIX_C_SOURCE 200809L /* sched_yield under -std=c11 */
+
 #include <math.h>
 #include <sched.h>
 #include <stdatomic.h>

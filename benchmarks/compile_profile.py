@@ -17,14 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.run import make_tree, many_shapes
+from benchmarks.run import clip_adamw, make_tree, many_shapes
 
 
 def profile(n_leaves: int, library: str) -> dict[str, float]:
     mod = importlib.import_module(library)
     params = jax.tree.map(jnp.asarray, make_tree(many_shapes(n_leaves, 16), np.float32, 0))
-    sched = mod.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10_000, end_value=1e-5)
-    opt = mod.chain(mod.clip_by_global_norm(1.0), mod.adamw(sched, weight_decay=1e-4))
+    opt = clip_adamw(mod)
     state = jax.eval_shape(opt.init, params)
 
     def step(p, s, g):

@@ -237,19 +237,22 @@ def _torch_adamw(kind: str) -> Callable:
     return build
 
 
+def clip_adamw(o: Any) -> Any:
+    """``chain(clip_by_global_norm(1), adamw(warmup_cosine))`` of the optax-like module ``o``: the clip workloads."""
+    sched = o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10_000, end_value=1e-5)
+    return o.chain(o.clip_by_global_norm(1.0), o.adamw(sched, weight_decay=1e-4))
+
+
+def fused_clip_adamw(o: Any) -> Any:
+    """The same optimizer as :func:`clip_adamw` as ``gradax.fused.adamw(..., max_grad_norm=1)``."""
+    sched = o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10_000, end_value=1e-5)
+    return o.fused.adamw(sched, weight_decay=1e-4, max_grad_norm=1.0)
+
+
 def build_workloads(size: str) -> list[Workload]:
     cfg = SIZES[size]
     gpt = gpt2_shapes(*cfg["gpt"])
     many = many_shapes(*cfg["many"])
-    total_steps = 10_000
-
-    def clip_adamw(o: Any) -> Any:
-        sched = o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, total_steps, end_value=1e-5)
-        return o.chain(o.clip_by_global_norm(1.0), o.adamw(sched, weight_decay=1e-4))
-
-    def fused_clip_adamw(o: Any) -> Any:
-        sched = o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, total_steps, end_value=1e-5)
-        return o.fused.adamw(sched, weight_decay=1e-4, max_grad_norm=1.0)
 
     fused_adamw = {FUSED: lambda o: o.fused.adamw(1e-3, weight_decay=1e-4)}
     wl = [
@@ -549,23 +552,10 @@ def run_compile_workload(leaf_counts: tuple[int, ...], repeats: int) -> dict[str
     for n in leaf_counts:
         shapes = many_shapes(n, 16)
         params_np = make_tree(shapes, np.float32, 0)
-
-        def clip_adamw(o: Any) -> Any:
-            sched = o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10_000, end_value=1e-5)
-            return o.chain(o.clip_by_global_norm(1.0), o.adamw(sched, weight_decay=1e-4))
-
         wl = Workload("compile", shapes, clip_adamw)
         # gradax.flatten(chain): the same optimizer on one flat buffer per dtype (opt-in; its state is flat too)
         flat = Workload("compile_flat", shapes, lambda o: o.flatten(clip_adamw(o)))
-        fused = Workload(
-            "compile_fused",
-            shapes,
-            lambda o: o.fused.adamw(
-                o.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10_000, end_value=1e-5),
-                weight_decay=1e-4,
-                max_grad_norm=1.0,
-            ),
-        )
+        fused = Workload("compile_fused", shapes, fused_clip_adamw)
         impls = [("gradax", gradax, wl), ("optax", optax, wl), (FUSED, gradax, fused)]
         if n <= 1000:  # flatten's concatenation of every leaf compiles no faster (see RESULTS.md): skip the big trees
             impls.append(("gradax_flatten", gradax, flat))

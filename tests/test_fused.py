@@ -4,6 +4,7 @@ shapes, sharding)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -124,7 +125,8 @@ def test_kernel_matches_its_jnp_math(nesterov):
     got = jax.jit(_kernels.adamw_step)(scalars, wd, *leaves)
     # the reference takes the clipping factor from max_norm: pass the gradients pre-scaled instead
     g_scaled = [g * scalars[_kernels.ADAMW_SCALARS.index("grad_scale")] for g in leaves[1]]
-    want = jax.jit(adamw_reference, static_argnums=2)(scalars, wd, None, leaves[0], g_scaled, leaves[2], leaves[3])
+    reference = functools.partial(adamw_reference, nesterov=nesterov)
+    want = jax.jit(reference, static_argnums=2)(scalars, wd, None, leaves[0], g_scaled, leaves[2], leaves[3])
     _assert_close(got, want, rtol=1e-6, atol=1e-7)
     sums = jax.jit(_kernels.sum_squares)(leaves[1])
     np.testing.assert_allclose(sums, [float(np.sum(np.asarray(x, np.float64) ** 2)) for x in leaves[1]], rtol=1e-6)

@@ -81,24 +81,15 @@ def _compiler() -> str | None:
     return None
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith(("model name", "flags")):
-                    return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def _build(cc: str) -> Path:
     source = SOURCE.read_bytes()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256(
         b"\0".join(
             s.encode() if isinstance(s, str) else s
-            for s in (source, version, jaxlib.__version__, " ".join(FLAGS), platform.machine(), _cpu_model())
+            # no -march=native: the target clones pick avx512f/avx2/baseline at load time, so one build fits any
+            # CPU of this architecture
+            for s in (source, version, jaxlib.__version__, " ".join(FLAGS), platform.machine())
         )
     ).hexdigest()[:16]
     out = _cache_dir() / "kernels" / f"fused_cpu-{key}.so"

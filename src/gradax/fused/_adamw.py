@@ -8,18 +8,19 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .. import _kernels
 from .._base import GradientTransformationExtraArgs, MaskOrFn, Params, ScalarOrSchedule, Updates
-from .._hyperparams import as_value, is_schedule, value_at
+from .._hyperparams import as_value
 from .._numerics import safe_int32_increment
 from .._update import apply_updates
-from ..optimizers._adam import FirstMomentHat, ScaleByAdamState
+from ..optimizers._adam import AdamScalars, FirstMomentHat, ScaleByAdamState
 from ..optimizers._adam import adamw as _adamw
-from ..optimizers._moments import debias_factor, hyper_values
+from ..optimizers._moments import ema_leaf, ema_sq_leaf
 from ..transforms._adding import add_decayed_weights
-from ..transforms._clipping import clip_by_global_norm
+from ..transforms._clipping import clip_by_global_norm, global_norm_f32, global_norm_scale
 from ..transforms._combining import chain
 from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
 from ..transforms._scaling import scale_by_learning_rate
@@ -80,32 +81,24 @@ def kernel_status() -> _kernels.KernelStatus:
 # vmap and autodiff, and as the kernel's test oracle).
 
 
-def _clip_scale(norm: jax.Array, max_norm: jax.Array) -> jax.Array:
-    """The factor of ``clip_by_global_norm``: 1 below the threshold (and for a zero norm), else max_norm / norm."""
-    keep = (norm < max_norm) | (norm == 0)
-    return jnp.where(keep, jnp.ones_like(norm), max_norm.astype(norm.dtype) / jnp.where(keep, 1, norm))
-
-
-def adamw_reference(scalars, weight_decay, max_norm, params, grads, mu, nu):
-    """The fused AdamW step in jnp: ``(new_params, new_mu, new_nu)`` from the step scalars (see ``_kernels``).
+def adamw_reference(scalars, weight_decay, max_norm, params, grads, mu, nu, *, nesterov: bool = False):
+    """The fused AdamW step in jnp: ``(new_params, new_mu, new_nu)`` from the step scalars (see ``_kernels``),
+    written with scale_by_adam's own leaf functions.
 
     ``max_norm`` is None (no clipping) or the clipping threshold; the clipping factor is computed here and
-    ``scalars[grad_scale]`` is ignored.
+    ``scalars[grad_scale]`` is ignored. A leaf whose weight decay is 0 is not decayed (as the kernel).
     """
     s = {name: scalars[i] for name, i in _S.items()}
     scale = jnp.ones([], jnp.float32)
     if max_norm is not None:
-        norm = jnp.sqrt(sum((jnp.sum(g * g) for g in grads), jnp.zeros([], jnp.float32)))
-        scale = _clip_scale(norm, max_norm)
+        scale = global_norm_scale(global_norm_f32(grads), max_norm)
+    hat = FirstMomentHat(s["b1"], s["one_minus_b1"], s["c1"], s["c1_next"] if nesterov else None)
     out_p, out_m, out_v = [], [], []
     for i, (p, g, m, v) in enumerate(zip(params, grads, mu, nu, strict=True)):
         g = g * scale
-        m = s["one_minus_b1"] * g + s["b1"] * m
-        v = s["one_minus_b2"] * (g * g) + s["b2"] * v
-        mhat = jnp.where(
-            s["nesterov"] != 0, s["b1"] * (m / s["c1_next"]) + s["one_minus_b1"] * (g / s["c1"]), m / s["c1"]
-        )
-        u = mhat / (jnp.sqrt(v / s["c2"] + s["eps_root"]) + s["eps"])
+        m = ema_leaf(g, m, s["b1"], s["one_minus_b1"])
+        v = ema_sq_leaf(g, v, s["b2"], s["one_minus_b2"])
+        u = hat(g, m) / (jnp.sqrt(v / s["c2"] + s["eps_root"]) + s["eps"])
         u = jnp.where(weight_decay[i] != 0, u + weight_decay[i] * p, u)
         out_p.append(p + u * s["neg_lr"])
         out_m.append(m)
@@ -116,17 +109,20 @@ def adamw_reference(scalars, weight_decay, max_norm, params, grads, mu, nu):
 def _adamw_kernel(scalars, weight_decay, max_norm, params, grads, mu, nu):
     if max_norm is not None:
         norm = jnp.sqrt(jnp.sum(_kernels.sum_squares(grads)))
-        scalars = scalars.at[_S["grad_scale"]].set(_clip_scale(norm, max_norm))
+        scalars = scalars.at[_S["grad_scale"]].set(global_norm_scale(norm, max_norm))
     return _kernels.adamw_step(scalars, weight_decay, params, grads, mu, nu)
 
 
 @functools.cache
-def _fused_adamw_math(clip: bool) -> Callable:
+def _fused_adamw_math(clip: bool, nesterov: bool) -> Callable:
     """The kernel, with a vmap rule and a JVP that use :func:`adamw_reference` (the kernel is one unbatched pass)."""
 
     def split(args):
         scalars, weight_decay, max_norm, params, grads, mu, nu = args
         return scalars, weight_decay, max_norm if clip else None, params, grads, mu, nu
+
+    def reference(*args):
+        return adamw_reference(*split(args), nesterov=nesterov)
 
     @jax.custom_batching.custom_vmap
     def batchable(*args):
@@ -138,7 +134,7 @@ def _fused_adamw_math(clip: bool) -> Callable:
             return x if batched else jnp.broadcast_to(x, (axis_size, *jnp.shape(x)))
 
         args = jax.tree.map(full, args, tuple(in_batched))
-        out = jax.vmap(lambda *a: adamw_reference(*split(a)))(*args)
+        out = jax.vmap(reference)(*args)
         return out, jax.tree.map(lambda _: True, out)
 
     @jax.custom_jvp
@@ -147,7 +143,7 @@ def _fused_adamw_math(clip: bool) -> Callable:
 
     @math.defjvp
     def _jvp(primals, tangents):
-        return jax.jvp(lambda *a: adamw_reference(*split(a)), primals, tangents)
+        return jax.jvp(reference, primals, tangents)
 
     return math
 
@@ -238,28 +234,14 @@ def adamw(
     """
     inner = _adamw(learning_rate, b1, b2, eps, eps_root, mu_dtype, weight_decay, mask, nesterov=nesterov)
     tx = inner if max_grad_norm is None else chain(clip_by_global_norm(max_grad_norm), inner)
+    # the unmasked parts of adamw's chain: run on scalar probes, they give the step's learning rate and decay rate
+    # and their own next states, so schedules and counters advance exactly as in ``update``
     lr_tx = scale_by_learning_rate(learning_rate)
     decay_tx = add_decayed_weights(weight_decay)
 
     def reference_step(grads, state, params):
         updates, state = tx.update(grads, state, params)
         return apply_updates(params, updates), state
-
-    def scalars_at(adam_state, decay_inner, lr_state):
-        """The step's scalars, computed as scale_by_adam, add_decayed_weights and scale_by_learning_rate do; None
-        when a hyperparameter is not a scalar (the XLA step handles those)."""
-        count_inc = safe_int32_increment(adam_state.count)
-        hat = FirstMomentHat.at(b1, count_inc, nesterov)
-        beta2, e, e_root = hyper_values(b2, eps, eps_root)
-        rate = value_at(weight_decay, decay_inner.count) if is_schedule(weight_decay) else as_value(weight_decay)
-        lr = learning_rate(lr_state.count) if is_schedule(learning_rate) else learning_rate
-        clip_c = None if max_grad_norm is None else as_value(max_grad_norm)
-        values = [hat.b1, hat.one_minus_b1, beta2, 1 - beta2, hat.correction]
-        values += [hat.next_correction if nesterov else hat.correction, debias_factor(beta2, count_inc), e, e_root]
-        values += [as_value(-1 * lr), jnp.ones([]), jnp.asarray(float(nesterov))]
-        if any(jnp.ndim(v) != 0 for v in (*values, rate, *([] if clip_c is None else [clip_c]))):
-            return None
-        return count_inc, jnp.stack([jnp.asarray(v, jnp.float32) for v in values]), rate, clip_c
 
     def step(grads: Updates, state: Any, params: Params) -> tuple[Params, Any]:
         if not _kernel_applies():
@@ -271,30 +253,37 @@ def adamw(
             leaves = [p_leaves, *(treedef.flatten_up_to(t) for t in (grads, adam_state.mu, adam_state.nu))]
         except (ValueError, TypeError):
             return reference_step(grads, state, params)  # raises the usual, explicit error
+        one, zero = jnp.ones([], jnp.float32), jnp.zeros([], jnp.float32)
+        neg_lr, new_lr = lr_tx.update(one, lr_state)  # -lr * 1
+        rate, new_decay = decay_tx.update(zero, decay_inner, one)  # 0 + rate * 1
+        clip_c = None if max_grad_norm is None else as_value(max_grad_norm)
+        scalar = [jnp.ndim(x) == 0 for x in (neg_lr, rate, *([] if clip_c is None else [clip_c]))]
         float32 = all(
             getattr(x, "dtype", None) == jnp.float32 and jnp.shape(x) == jnp.shape(p)
             for group in leaves
             for x, p in zip(group, p_leaves, strict=True)
         )
-        at = scalars_at(adam_state, decay_inner, lr_state) if float32 and p_leaves else None
-        if at is None:
+        if not (p_leaves and float32 and all(scalar)):
             return reference_step(grads, state, params)
-        count_inc, scalars, rate, clip_c = at
-        decayed = [True] * len(p_leaves)
+
+        count_inc = safe_int32_increment(adam_state.count)
+        a = AdamScalars.at(b1, b2, eps, eps_root, count_inc, nesterov)
+        c1_next = a.hat.next_correction if nesterov else a.hat.correction
+        values = [a.hat.b1, a.hat.one_minus_b1, a.b2, a.one_minus_b2, a.hat.correction, c1_next, a.correction2]
+        values += [a.eps, a.eps_root, neg_lr, one, jnp.asarray(float(nesterov))]
+        scalars = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
+        decayed = np.ones(len(p_leaves), np.float32)
         if mask is not None:
-            decayed = treedef.flatten_up_to(broadcast_prefix(resolve_mask("fused.adamw", mask, params), params))
-        zero = jnp.zeros([], jnp.float32)
-        wd = jnp.stack([jnp.asarray(rate, jnp.float32) if d else zero for d in decayed])
-        new_p, new_m, new_v = _fused_adamw_math(clip_c is not None)(
-            scalars, wd, zero if clip_c is None else clip_c, *leaves
+            resolved = broadcast_prefix(resolve_mask("fused.adamw", mask, params), params)
+            decayed = np.asarray(treedef.flatten_up_to(resolved), np.float32)
+        new_p, new_m, new_v = _fused_adamw_math(clip_c is not None, nesterov)(
+            scalars, rate * decayed, zero if clip_c is None else clip_c, *leaves
         )
 
-        # the scalar parts of the state advance through the transformations themselves (on empty trees)
         new_adam = ScaleByAdamState(count=count_inc, mu=treedef.unflatten(new_m), nu=treedef.unflatten(new_v))
-        new_decay = decay_tx.update({}, decay_inner, {})[1]
         if mask is not None:
             new_decay = MaskedState(inner_state=new_decay)
-        new_inner = (new_adam, new_decay, lr_tx.update({}, lr_state)[1])
+        new_inner = (new_adam, new_decay, new_lr)
         return treedef.unflatten(new_p), new_inner if max_grad_norm is None else (state[0], new_inner)
 
     return FusedGradientTransformation(tx.init, tx.update, step)

@@ -69,6 +69,24 @@ class FirstMomentHat(NamedTuple):
         return self.b1 * (m / self.next_correction) + self.one_minus_b1 * (g / self.correction)
 
 
+class AdamScalars(NamedTuple):
+    """The scalars of one Adam step, computed once per step: the first moment's hat and the second moment's decay,
+    bias correction and epsilons (shared by :func:`scale_by_adam`, :func:`scale_by_belief` and ``gradax.fused``)."""
+
+    hat: FirstMomentHat
+    b2: jax.Array
+    one_minus_b2: jax.Array
+    correction2: jax.Array  # 1 - b2**t
+    eps: jax.Array
+    eps_root: jax.Array
+
+    @classmethod
+    def at(cls, b1: Any, b2: Any, eps: Any, eps_root: Any, count_inc: jax.Array, nesterov: bool) -> AdamScalars:
+        hat = FirstMomentHat.at(b1, count_inc, nesterov)
+        beta2, e, e_root = hyper_values(b2, eps, eps_root)
+        return cls(hat, beta2, 1 - beta2, debias_factor(beta2, count_inc), e, e_root)
+
+
 def scale_by_adam(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -137,10 +155,7 @@ def scale_by_adam(
         return zeros_state_like(params, mu_dtype), zeros_state_like(params, nu_dtype)
 
     def make_leaf(count_inc):
-        hat = FirstMomentHat.at(b1, count_inc, nesterov)
-        beta2, e, e_root = hyper_values(b2, eps, eps_root)
-        one_minus_b2 = 1 - beta2
-        c2 = debias_factor(beta2, count_inc)
+        hat, beta2, one_minus_b2, c2, e, e_root = AdamScalars.at(b1, b2, eps, eps_root, count_inc, nesterov)
 
         def leaf(gc, m, v):
             m_new = ema_leaf(gc, m, hat.b1, hat.one_minus_b1)

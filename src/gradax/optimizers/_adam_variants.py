@@ -15,7 +15,7 @@ from .._numerics import abs_sq
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._adam import FirstMomentHat, ScaleByAdamState, check_adam_args
+from ._adam import AdamScalars, FirstMomentHat, ScaleByAdamState, check_adam_args
 from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values, moment_transformation, zero_moments
 from ._rms import full_state_like
 
@@ -418,10 +418,7 @@ def scale_by_belief(
     check_adam_args("scale_by_belief", b1, b2, eps, eps_root)
 
     def make_leaf(count_inc):
-        hat = FirstMomentHat.at(b1, count_inc, nesterov)
-        beta2, e, e_root = hyper_values(b2, eps, eps_root)
-        one_minus_b2 = 1 - beta2
-        c2 = debias_factor(beta2, count_inc)
+        hat, beta2, one_minus_b2, c2, e, e_root = AdamScalars.at(b1, b2, eps, eps_root, count_inc, nesterov)
 
         def leaf(g, m, s):
             m_new = ema_leaf(g, m, hat.b1, hat.one_minus_b1)

@@ -89,11 +89,18 @@ def clip_by_block_rms(threshold: ArrayLike) -> GradientTransformation:
     return GradientTransformation(_empty_init, update)
 
 
-def _global_norm_f32(leaves) -> jax.Array:
+def global_norm_f32(leaves) -> jax.Array:
     """The global L2 norm of ``leaves``, each squared and summed in at least float32 (one read of each leaf)."""
     if not leaves:
         return jnp.zeros([], jnp.float32)
     return jnp.sqrt(sum(jnp.sum(abs_sq(x.astype(compute_dtype(x.dtype)))) for x in leaves))
+
+
+def global_norm_scale(g_norm: jax.Array, max_norm: jax.Array) -> jax.Array:
+    """The factor :func:`clip_by_global_norm` multiplies every update by: 1 below the threshold and for a zero norm
+    (0/0 would give NaN), else ``max_norm / g_norm``."""
+    keep = (g_norm < max_norm) | (g_norm == 0)
+    return jnp.where(keep, jnp.ones_like(g_norm), max_norm.astype(g_norm.dtype) / jnp.where(keep, 1, g_norm))
 
 
 def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
@@ -132,10 +139,7 @@ def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
             c = jnp.squeeze(c)
             if jnp.ndim(c) != 0:
                 raise argument_error("clip_by_global_norm", "max_norm", "a scalar", max_norm)
-        g_norm = _global_norm_f32(leaves)
-        # keep the updates unchanged below the threshold, and where the norm is zero (0/0 would give NaN)
-        keep = (g_norm < c) | (g_norm == 0)
-        scale = jnp.where(keep, jnp.ones_like(g_norm), c.astype(g_norm.dtype) / jnp.where(keep, 1, g_norm))
+        scale = global_norm_scale(global_norm_f32(leaves), c)
 
         def leaf(u):
             dt = compute_dtype(u.dtype)

@@ -1,7 +1,7 @@
-"""Single-pass CPU kernels (``fused_cpu.c``), built with the system C compiler on first use and called through XLA's
-FFI.
+"""Single-pass CPU kernels (``fused_*.c``, sharing ``fused_common.h``), built with the system C compiler on first use
+into one shared library and called through XLA's FFI.
 
-The shared library is compiled once per source, compiler, jaxlib and machine into a cache directory
+The shared library is compiled once per sources, compiler, jaxlib and machine into a cache directory
 (``$GRADAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradax``, else ``~/.cache/gradax``). Without a C compiler, or with
 ``GRADAX_DISABLE_KERNELS=1``, :func:`load` reports why and callers use their XLA implementation instead.
 """
@@ -12,6 +12,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -23,8 +24,15 @@ import jax
 import jax.numpy as jnp
 import jaxlib
 
-SOURCE = Path(__file__).with_name("fused_cpu.c")
-TARGETS = ("gradax_adamw_step", "gradax_sum_squares")
+_HERE = Path(__file__).parent
+SOURCES = tuple(sorted(_HERE.glob("fused_*.c")))
+HEADERS = tuple(sorted(_HERE.glob("*.h")))
+# every FFI handler the sources define (``XLA_FFI_Error* gradax_...(XLA_FFI_CallFrame* frame)``), registered by name
+TARGETS = tuple(
+    name
+    for source in SOURCES
+    for name in re.findall(r"^XLA_FFI_Error\* (gradax_\w+)\(XLA_FFI_CallFrame\*", source.read_text(), re.M)
+)
 # -ffp-contract=off: no fused multiply-adds, so every target clone (avx512f, avx2, baseline) rounds alike
 FLAGS = ("-O3", "-std=c11", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-math-errno")
 
@@ -82,7 +90,7 @@ def _compiler() -> str | None:
 
 
 def _build(cc: str) -> Path:
-    source = SOURCE.read_bytes()
+    source = b"\0".join(path.name.encode() + b"\0" + path.read_bytes() for path in (*SOURCES, *HEADERS))
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256(
         b"\0".join(
@@ -98,7 +106,7 @@ def _build(cc: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         tmp_out = Path(tmp) / out.name
-        cmd = [cc, *FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", str(tmp_out), "-lm"]
+        cmd = [cc, *FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(tmp_out), "-lm"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")

@@ -422,7 +422,7 @@ def prepare_jax(wl: Workload, mod: Any, params_np: dict, grads_np: dict, make: C
 
     def step(p: Any, s: Any, g: Any) -> tuple[Any, Any]:
         if isinstance(opt, gradax.fused.FusedGradientTransformation):
-            return opt.step(g, s, p)  # update and apply in one pass
+            return opt.step(p, s, g)  # update and apply in one pass
         u, s = opt.update(g, s, p)
         return mod.apply_updates(p, u), s
 

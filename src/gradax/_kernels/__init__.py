@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import jaxlib
 
+from .._quantization import BlockQuantized
+
 _HERE = Path(__file__).parent
 SOURCES = tuple(sorted(_HERE.glob("fused_*.c")))
 HEADERS = tuple(sorted(_HERE.glob("*.h")))
@@ -33,8 +35,19 @@ TARGETS = tuple(
     for source in SOURCES
     for name in re.findall(r"^XLA_FFI_Error\* (gradax_\w+)\(XLA_FFI_CallFrame\*", source.read_text(), re.M)
 )
-# -ffp-contract=off: no fused multiply-adds, so every target clone (avx512f, avx2, baseline) rounds alike
-FLAGS = ("-O3", "-std=c11", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-math-errno")
+# -ffp-contract=off: no fused multiply-adds, so every target clone (avx512f, avx2, baseline) rounds alike;
+# -fno-trapping-math: the loops' selects (Nesterov, bfloat16 NaN, 8-bit codes) may evaluate both sides, which lets
+# them vectorize; it changes no value, only which floating-point exception flags may be raised
+FLAGS = (
+    "-O3",
+    "-std=c11",
+    "-shared",
+    "-fPIC",
+    "-pthread",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+)
 
 # The scalars of one AdamW step, in the order of ``enum Scalar`` in fused_cpu.c.
 ADAMW_SCALARS = (
@@ -152,10 +165,11 @@ def _chunks(n: int, size: int) -> list[slice]:
 def adamw_step(
     scalars: jax.Array, weight_decay: jax.Array, params: list, grads: list, mu: list, nu: list
 ) -> tuple[list, list, list]:
-    """One in-place AdamW pass over float32 leaves: returns the new params, first and second moments.
+    """One in-place AdamW pass over the leaves: returns the new params, first and second moments.
 
-    ``scalars`` is float32[len(ADAMW_SCALARS)], ``weight_decay`` float32[len(params)]. The results alias the
-    params and moments (donate them to update in place; otherwise XLA copies them first).
+    Each leaf's params and grads are float32 or bfloat16 (alike), its moments float32. ``scalars`` is
+    float32[len(ADAMW_SCALARS)], ``weight_decay`` float32[len(params)]. The results alias the params and moments
+    (donate them to update in place; otherwise XLA copies them first).
     """
     out_p: list = []
     out_m: list = []
@@ -170,7 +184,7 @@ def adamw_step(
 
 def _adamw_call(scalars, weight_decay, params, grads, mu, nu):
     n = len(params)
-    shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (*params, *mu, *nu)]
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*params, *mu, *nu)]
     aliases = {2 + i: i for i in range(n)}
     aliases.update({2 + 2 * n + i: n + i for i in range(n)})
     aliases.update({2 + 3 * n + i: 2 * n + i for i in range(n)})
@@ -182,8 +196,39 @@ def _adamw_call(scalars, weight_decay, params, grads, mu, nu):
     return out[:n], out[n : 2 * n], out[2 * n :]
 
 
+def adamw8_step(
+    scalars: jax.Array, weight_decay: jax.Array, seeds: jax.Array, params: list, grads: list, mu: list, nu: list
+) -> tuple[list, list, list]:
+    """One in-place AdamW pass over float32 leaves whose moments are ``gradax.BlockQuantized`` (8-bit codes and
+    block scales): returns the new params, first and second moments (``BlockQuantized``).
+
+    ``seeds`` is int32[2], the stochastic-rounding seeds of the first and second moment. The results alias the
+    params, codes and scales.
+    """
+    out_p: list = []
+    out_m: list = []
+    out_v: list = []
+    for part in _chunks(len(params), LEAVES_PER_CALL):
+        p, g, m, v = params[part], grads[part], mu[part], nu[part]
+        n = len(p)
+        operands = [*p, *g, *(q.codes for q in m), *(q.scale for q in m), *(q.codes for q in v)]
+        operands += [q.scale for q in v]
+        # operand 3 + k*n + i is result k'*n + i: params (k=0), then codes and scales of both moments (k=2..5)
+        aliases = {3 + i: i for i in range(n)}
+        aliases.update({3 + k * n + i: (k - 1) * n + i for k in range(2, 6) for i in range(n)})
+        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*p, *operands[2 * n :])]
+        out = jax.ffi.ffi_call("gradax_adamw8_step", shapes, input_output_aliases=aliases)(
+            scalars, weight_decay[part], seeds, *operands
+        )
+        out_p += out[:n]
+        out_m += [BlockQuantized(c, s) for c, s in zip(out[n : 2 * n], out[2 * n : 3 * n], strict=True)]
+        out_v += [BlockQuantized(c, s) for c, s in zip(out[3 * n : 4 * n], out[4 * n :], strict=True)]
+    return out_p, out_m, out_v
+
+
 def sum_squares(leaves: list) -> jax.Array:
-    """float32[len(leaves)]: the sum of squares of each float32 leaf (accumulated in float64), one pass."""
+    """float32[len(leaves)]: the sum of squares of each float32 or bfloat16 leaf (accumulated in float64), one
+    pass."""
     parts = [
         jax.ffi.ffi_call("gradax_sum_squares", jax.ShapeDtypeStruct((part.stop - part.start,), jnp.float32))(
             *leaves[part]

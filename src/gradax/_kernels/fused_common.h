@@ -65,6 +65,12 @@ static inline int64_t num_elements(const XLA_FFI_Buffer* b) {
 
 static inline float* data_of(void* buffer) { return (float*)((XLA_FFI_Buffer*)buffer)->data; }
 
+static inline XLA_FFI_DataType dtype_of(void* buffer) { return ((XLA_FFI_Buffer*)buffer)->dtype; }
+
+static inline int is_buffer(const XLA_FFI_CallFrame* frame, int64_t i) {
+    return frame->args.types[i] == XLA_FFI_ArgType_BUFFER;
+}
+
 static inline int all_float32_buffers(const XLA_FFI_CallFrame* frame) {
     for (int64_t i = 0; i < frame->args.size; ++i) {
         if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER) return 0;
@@ -200,18 +206,26 @@ static inline void* in_place(void* in, void* out, int64_t size, size_t item) {
     return out;
 }
 
-/* bfloat16 <-> float32 on the bit patterns: widening is exact; narrowing rounds to nearest even (NaN stays NaN). */
-static inline float bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } x;
-    x.u = (uint32_t)h << 16;
-    return x.f;
+/* The bit patterns of float32 values (memcpy: no type punning through unions, which stops vectorization). */
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
 }
 
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* bfloat16 <-> float32 on the bit patterns: widening is exact; narrowing rounds to nearest even (NaN stays NaN). */
+static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
 static inline uint16_t f32_to_bf16(float f) {
-    union { uint32_t u; float f; } x;
-    x.f = f;
-    if ((x.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x.u >> 16) | 0x40u); /* quiet NaN */
-    return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+    uint32_t u = f32_bits(f);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded); /* a select, no branch */
 }
 
 /* float32 rounded to bfloat16 and back: the value a bfloat16 array stores */

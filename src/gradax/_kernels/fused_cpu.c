@@ -37,7 +37,9 @@ enum Scalar {
 typedef struct {
     float s[NS];
     float* wd;
-    float **p, **g, **m, **v; /* updated in place (the results alias the operands) */
+    uint8_t* bf16;            /* 1 where the leaf's params and grads are bfloat16 */
+    void **p, **g;            /* params updated in place (the results alias the operands) */
+    float **m, **v;           /* likewise the moments (always float32) */
 } AdamW;
 
 /* In place, with restrict pointers: the compiler vectorizes without runtime overlap checks (an exact alias of
@@ -64,12 +66,42 @@ static void adamw_span(const float* s, float wd, float* restrict p, const float*
     }
 }
 
+/* bfloat16 params and grads, float32 moments. Each transformation of the chain hands the next one a bfloat16
+ * update (scale_by_adam, add_decayed_weights, the learning rate, then the sum with the params), so the update is
+ * rounded to bfloat16 at each of those points, as update + apply_updates does; the arithmetic between them is
+ * float32. A clipped gradient is rounded to bfloat16 too (clip_by_global_norm returns the grads' dtype). */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void adamw_span_bf16(const float* s, float wd, uint16_t* restrict p, const uint16_t* restrict g,
+                            float* restrict m, float* restrict v, int64_t lo, int64_t hi) {
+    const float b1 = s[S_B1], omb1 = s[S_ONE_MINUS_B1], b2 = s[S_B2], omb2 = s[S_ONE_MINUS_B2];
+    const float c1 = s[S_C1], c1n = s[S_C1_NEXT], c2 = s[S_C2], eps = s[S_EPS], eps_root = s[S_EPS_ROOT];
+    const float neg_lr = s[S_NEG_LR], scale = s[S_GRAD_SCALE];
+    const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f;
+    for (int64_t i = lo; i < hi; ++i) {
+        float gi = round_bf16(bf16_to_f32(g[i]) * scale); /* exact when not clipping (scale 1) */
+        float mi = omb1 * gi + b1 * m[i];
+        float vi = omb2 * (gi * gi) + b2 * v[i];
+        float mhat = nesterov ? b1 * (mi / c1n) + omb1 * (gi / c1) : mi / c1;
+        float u = round_bf16(mhat / (sqrtf(vi / c2 + eps_root) + eps));
+        float pi = bf16_to_f32(p[i]);
+        u = decay ? round_bf16(u + wd * pi) : u;
+        u = round_bf16(u * neg_lr);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = f32_to_bf16(pi + u);
+    }
+}
+
 static void adamw_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
     (void)part;
     AdamW* a = (AdamW*)job->data;
-    adamw_span(a->s, a->wd[leaf], a->p[leaf], a->g[leaf], a->m[leaf], a->v[leaf], lo, hi);
+    if (a->bf16[leaf])
+        adamw_span_bf16(a->s, a->wd[leaf], (uint16_t*)a->p[leaf], (const uint16_t*)a->g[leaf], a->m[leaf],
+                        a->v[leaf], lo, hi);
+    else
+        adamw_span(a->s, a->wd[leaf], (float*)a->p[leaf], (const float*)a->g[leaf], a->m[leaf], a->v[leaf], lo,
+                   hi);
 }
-
 
 XLA_FFI_Error* gradax_adamw_step(XLA_FFI_CallFrame* frame) {
     if (answer_metadata(frame)) return NULL;
@@ -77,36 +109,48 @@ XLA_FFI_Error* gradax_adamw_step(XLA_FFI_CallFrame* frame) {
     int64_t nargs = frame->args.size, nrets = frame->rets.size;
     if (nargs < 2 || (nargs - 2) % 4 != 0 || nrets != 3 * ((nargs - 2) / 4))
         return make_error(frame, "gradax_adamw_step: expected 2 + 4n operands and 3n results");
-    if (!all_float32_buffers(frame)) return make_error(frame, "gradax_adamw_step: every operand must be float32");
+    for (int64_t i = 0; i < nargs; ++i)
+        if (!is_buffer(frame, i)) return make_error(frame, "gradax_adamw_step: every operand must be a buffer");
     int64_t n = (nargs - 2) / 4;
     void** args = frame->args.args;
     void** rets = frame->rets.rets;
-    if (num_elements((XLA_FFI_Buffer*)args[0]) != NS || num_elements((XLA_FFI_Buffer*)args[1]) != n)
-        return make_error(frame, "gradax_adamw_step: wrong number of scalars or weight decays");
-    size_t ptrs = (size_t)(n > 0 ? n : 1) * sizeof(float*);
+    if (dtype_of(args[0]) != XLA_FFI_DataType_F32 || num_elements((XLA_FFI_Buffer*)args[0]) != NS ||
+        dtype_of(args[1]) != XLA_FFI_DataType_F32 || num_elements((XLA_FFI_Buffer*)args[1]) != n)
+        return make_error(frame, "gradax_adamw_step: wrong number or dtype of scalars or weight decays");
+    size_t ptrs = (size_t)(n > 0 ? n : 1) * sizeof(void*);
     size_t wd_bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
-    Job* job = new_job(n, sizeof(AdamW) + 4 * ptrs + wd_bytes);
+    Job* job = new_job(n, sizeof(AdamW) + 4 * ptrs + wd_bytes + (size_t)(n > 0 ? n : 1));
     if (job == NULL) return make_error(frame, "gradax_adamw_step: out of memory");
     AdamW* a = (AdamW*)job->data;
     char* cursor = (char*)job->data + sizeof(AdamW);
-    a->p = (float**)cursor; a->g = (float**)(cursor + ptrs);
+    a->p = (void**)cursor; a->g = (void**)(cursor + ptrs);
     a->m = (float**)(cursor + 2 * ptrs); a->v = (float**)(cursor + 3 * ptrs);
     a->wd = (float*)(cursor + 4 * ptrs);
+    a->bf16 = (uint8_t*)(cursor + 4 * ptrs + wd_bytes);
     memcpy(a->s, data_of(args[0]), sizeof(a->s));
     memcpy(a->wd, data_of(args[1]), (size_t)n * sizeof(float));
     job->offset[0] = 0;
     for (int64_t i = 0; i < n; ++i) {
-        int64_t size = num_elements((XLA_FFI_Buffer*)args[2 + i]);
-        for (int k = 1; k < 4; ++k) {
-            if (num_elements((XLA_FFI_Buffer*)args[2 + k * n + i]) != size) {
-                free(job);
-                return make_error(frame, "gradax_adamw_step: params, grads and moments differ in size");
-            }
+        void *p = args[2 + i], *g = args[2 + n + i], *m = args[2 + 2 * n + i], *v = args[2 + 3 * n + i];
+        int64_t size = num_elements((XLA_FFI_Buffer*)p);
+        XLA_FFI_DataType t = dtype_of(p);
+        if ((t != XLA_FFI_DataType_F32 && t != XLA_FFI_DataType_BF16) || dtype_of(g) != t ||
+            dtype_of(m) != XLA_FFI_DataType_F32 || dtype_of(v) != XLA_FFI_DataType_F32) {
+            free(job);
+            return make_error(frame, "gradax_adamw_step: params and grads must be float32 or bfloat16 (alike), "
+                                     "the moments float32");
         }
-        a->p[i] = in_place(data_of(args[2 + i]), data_of(rets[i]), size, sizeof(float));
-        a->g[i] = data_of(args[2 + n + i]);
-        a->m[i] = in_place(data_of(args[2 + 2 * n + i]), data_of(rets[n + i]), size, sizeof(float));
-        a->v[i] = in_place(data_of(args[2 + 3 * n + i]), data_of(rets[2 * n + i]), size, sizeof(float));
+        if (num_elements((XLA_FFI_Buffer*)g) != size || num_elements((XLA_FFI_Buffer*)m) != size ||
+            num_elements((XLA_FFI_Buffer*)v) != size) {
+            free(job);
+            return make_error(frame, "gradax_adamw_step: params, grads and moments differ in size");
+        }
+        size_t item = t == XLA_FFI_DataType_BF16 ? sizeof(uint16_t) : sizeof(float);
+        a->bf16[i] = t == XLA_FFI_DataType_BF16;
+        a->p[i] = in_place(((XLA_FFI_Buffer*)p)->data, ((XLA_FFI_Buffer*)rets[i])->data, size, item);
+        a->g[i] = ((XLA_FFI_Buffer*)g)->data;
+        a->m[i] = in_place(data_of(m), data_of(rets[n + i]), size, sizeof(float));
+        a->v[i] = in_place(data_of(v), data_of(rets[2 * n + i]), size, sizeof(float));
         job->offset[i + 1] = job->offset[i] + size;
     }
     job->parts = parts_for(frame, job->offset[n]);
@@ -117,10 +161,213 @@ XLA_FFI_Error* gradax_adamw_step(XLA_FFI_CallFrame* frame) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* AdamW with block-wise 8-bit moments (gradax._quantization): per block, the gradient's absmax gives the new
+ * scales, then one pass decodes the old codes, updates the moments and the params, and encodes the new codes with
+ * stochastic rounding. Reads p (4), g (4), two codes (2) and writes p (4), two codes (2): 16 bytes per parameter
+ * where float32 AdamW moves 28. The arithmetic is that of scale_by_adam(moments=...), operation for operation. */
+
+/* the 8-bit float formats: magnitudes relative to the block's scale */
+#define SIGNED_SHIFT 20     /* 23 - 3 mantissa bits */
+#define SIGNED_OFFSET 889   /* (127 << 3) - 127 */
+#define SIGNED_TOP 127
+#define ROOT_SHIFT 19       /* 23 - 4 mantissa bits */
+#define ROOT_OFFSET 1777    /* (127 << 4) - 255 */
+#define ROOT_TOP 255
+
+/* gradax._quantization.dither: a hash of the element's index in the (blocks, block_size) array and the seed */
+static inline uint32_t dither(uint32_t index, uint32_t seed) {
+    uint32_t x = index * 0x9E3779B1u + seed * 0x85EBCA6Bu;
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    return x ^ (x >> 16);
+}
+
+/* _Format.encode with stochastic rounding: the code of magnitude bits `bits` (0 <= y <= 1) */
+static inline int32_t encode_magnitude(uint32_t bits, uint32_t noise, int shift, int32_t offset, int32_t top) {
+    int32_t q = ((int32_t)bits + (int32_t)(noise >> (32 - shift))) >> shift;
+    q -= offset;
+    return q < 0 ? 0 : (q > top ? top : q);
+}
+
+static inline float decode_magnitude(int32_t code, int shift, int32_t offset) {
+    return bits_f32(code == 0 ? 0u : (uint32_t)(code + offset) << shift);
+}
+
+static inline float safe_inverse(float s) { return s > 0.0f ? 1.0f / s : 0.0f; }
+
+typedef struct {
+    float b1, omb1, b2, omb2, c1, c1n, c2, eps, eps_root, neg_lr, scale;
+    int nesterov;
+} AdamConsts;
+
+static inline AdamConsts adam_consts(const float* s) {
+    AdamConsts k = {s[S_B1], s[S_ONE_MINUS_B1], s[S_B2], s[S_ONE_MINUS_B2], s[S_C1], s[S_C1_NEXT], s[S_C2],
+                    s[S_EPS], s[S_EPS_ROOT], s[S_NEG_LR], s[S_GRAD_SCALE], s[S_NESTEROV] != 0.0f};
+    return k;
+}
+
+/* One element: decodes its codes (old scales ms, vs), updates its moments (gradient gi), returns the Adam update in
+ * *u and writes the new codes (inverse new scales im, iv) */
+static inline float q8_element(const AdamConsts* k, float gi, uint8_t* mc, uint8_t* vc, float ms, float vs,
+                               float im, float iv, uint32_t index, uint32_t seed_m, uint32_t seed_v) {
+    int32_t mcode = *mc, vcode = *vc;
+    float magnitude = decode_magnitude(mcode & 0x7F, SIGNED_SHIFT, SIGNED_OFFSET);
+    float m_old = bits_f32(f32_bits(magnitude) | ((uint32_t)(mcode >> 7) << 31)) * ms;
+    float root = decode_magnitude(vcode, ROOT_SHIFT, ROOT_OFFSET) * vs;
+    float v_old = root * root;
+    float mi = k->omb1 * gi + k->b1 * m_old;
+    float vi = k->omb2 * (gi * gi) + k->b2 * v_old;
+    float mhat = k->nesterov ? k->b1 * (mi / k->c1n) + k->omb1 * (gi / k->c1) : mi / k->c1;
+    float u = mhat / (sqrtf(vi / k->c2 + k->eps_root) + k->eps);
+    uint32_t ybits = f32_bits(mi * im);
+    int32_t mag = encode_magnitude(ybits & 0x7FFFFFFFu, dither(index, seed_m), SIGNED_SHIFT, SIGNED_OFFSET,
+                                   SIGNED_TOP);
+    *mc = (uint8_t)(((ybits >> 31) << 7) | (uint32_t)mag);
+    *vc = (uint8_t)encode_magnitude(f32_bits(sqrtf(vi) * iv), dither(index, seed_v), ROOT_SHIFT, ROOT_OFFSET,
+                                    ROOT_TOP);
+    return u;
+}
+
+typedef struct {
+    float s[NS];
+    uint32_t seed_m, seed_v;
+    float* wd;
+    int64_t* size;  /* elements of leaf i */
+    int64_t* block; /* block size of leaf i */
+    float **p, **g, **ms, **vs;
+    uint8_t **mc, **vc;
+} AdamW8;
+
+/* blocks [lo, hi) of one leaf */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void adamw8_blocks(const AdamW8* a, float wd, float* restrict p, const float* restrict g,
+                          uint8_t* restrict mc, float* restrict ms, uint8_t* restrict vc, float* restrict vs,
+                          int64_t size, int64_t B, int64_t lo, int64_t hi) {
+    const AdamConsts k = adam_consts(a->s);
+    const int decay = wd != 0.0f;
+    for (int64_t b = lo; b < hi; ++b) {
+        const int64_t e0 = b * B, valid = size - e0 < B ? size - e0 : B;
+        /* the block's gradient absmax (block_absmax: max(max(g), -min(g)) over the zero-padded block), as the
+         * largest magnitude bit pattern: an integer max that vectorizes; a NaN gradient gives a NaN, as there */
+        uint32_t top = 0;
+        for (int64_t j = 0; j < valid; ++j) {
+            uint32_t bits = f32_bits(g[e0 + j] * k.scale) & 0x7FFFFFFFu;
+            top = bits > top ? bits : top;
+        }
+        const float gmax = bits_f32(top);
+        const float ms_old = ms[b], vs_old = vs[b];
+        const float ms_new = k.b1 * ms_old + k.omb1 * gmax;
+        const float vs_new = sqrtf(k.b2 * vs_old * vs_old + k.omb2 * gmax * gmax);
+        const float im = safe_inverse(ms_new), iv = safe_inverse(vs_new);
+        const uint32_t base = (uint32_t)b * (uint32_t)B;
+        uint8_t* restrict mcb = mc + e0;
+        uint8_t* restrict vcb = vc + e0;
+        float* restrict pb = p + e0;
+        const float* restrict gb = g + e0;
+        for (int64_t j = 0; j < valid; ++j) {
+            float u = q8_element(&k, gb[j] * k.scale, mcb + j, vcb + j, ms_old, vs_old, im, iv,
+                                 base + (uint32_t)j, a->seed_m, a->seed_v);
+            float pi = pb[j];
+            if (decay) u = u + wd * pi;
+            pb[j] = pi + u * k.neg_lr;
+        }
+        for (int64_t j = valid; j < B; ++j) /* the padding: a zero gradient, no parameter */
+            (void)q8_element(&k, 0.0f, mcb + j, vcb + j, ms_old, vs_old, im, iv, base + (uint32_t)j, a->seed_m,
+                             a->seed_v);
+        ms[b] = ms_new;
+        vs[b] = vs_new;
+    }
+}
+
+static void adamw8_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
+    (void)part;
+    AdamW8* a = (AdamW8*)job->data;
+    adamw8_blocks(a, a->wd[leaf], a->p[leaf], a->g[leaf], a->mc[leaf], a->ms[leaf], a->vc[leaf], a->vs[leaf],
+                  a->size[leaf], a->block[leaf], lo, hi);
+}
+
+/* gradax_adamw8_step operands: args[0] float32[NS] scalars, args[1] float32[n] weight decays, args[2] int32[2] the
+ * dither seeds of the first and second moment; then per leaf i: args[3+i] params, args[3+n+i] grads (float32),
+ * args[3+2n+i] first-moment codes uint8[blocks, B], args[3+3n+i] their scales float32[blocks], args[3+4n+i] and
+ * args[3+5n+i] the second moment's. Results (aliased): params, first codes, first scales, second codes, second
+ * scales, n of each. */
+XLA_FFI_Error* gradax_adamw8_step(XLA_FFI_CallFrame* frame) {
+    if (answer_metadata(frame)) return NULL;
+    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+    int64_t nargs = frame->args.size, nrets = frame->rets.size;
+    if (nargs < 3 || (nargs - 3) % 6 != 0 || nrets != 5 * ((nargs - 3) / 6))
+        return make_error(frame, "gradax_adamw8_step: expected 3 + 6n operands and 5n results");
+    for (int64_t i = 0; i < nargs; ++i)
+        if (!is_buffer(frame, i)) return make_error(frame, "gradax_adamw8_step: every operand must be a buffer");
+    int64_t n = (nargs - 3) / 6;
+    void** args = frame->args.args;
+    void** rets = frame->rets.rets;
+    if (dtype_of(args[0]) != XLA_FFI_DataType_F32 || num_elements((XLA_FFI_Buffer*)args[0]) != NS ||
+        dtype_of(args[1]) != XLA_FFI_DataType_F32 || num_elements((XLA_FFI_Buffer*)args[1]) != n ||
+        dtype_of(args[2]) != XLA_FFI_DataType_S32 || num_elements((XLA_FFI_Buffer*)args[2]) != 2)
+        return make_error(frame, "gradax_adamw8_step: wrong scalars, weight decays or seeds");
+    size_t slots = (size_t)(n > 0 ? n : 1);
+    Job* job = new_job(n, sizeof(AdamW8) + slots * (6 * sizeof(void*) + 2 * sizeof(int64_t) + sizeof(float)));
+    if (job == NULL) return make_error(frame, "gradax_adamw8_step: out of memory");
+    AdamW8* a = (AdamW8*)job->data;
+    char* cursor = (char*)job->data + sizeof(AdamW8);
+    a->size = (int64_t*)cursor; cursor += slots * sizeof(int64_t);
+    a->block = (int64_t*)cursor; cursor += slots * sizeof(int64_t);
+    a->p = (float**)cursor; cursor += slots * sizeof(void*);
+    a->g = (float**)cursor; cursor += slots * sizeof(void*);
+    a->ms = (float**)cursor; cursor += slots * sizeof(void*);
+    a->vs = (float**)cursor; cursor += slots * sizeof(void*);
+    a->mc = (uint8_t**)cursor; cursor += slots * sizeof(void*);
+    a->vc = (uint8_t**)cursor; cursor += slots * sizeof(void*);
+    a->wd = (float*)cursor;
+    memcpy(a->s, data_of(args[0]), sizeof(a->s));
+    memcpy(a->wd, data_of(args[1]), (size_t)n * sizeof(float));
+    const int32_t* seeds = (const int32_t*)((XLA_FFI_Buffer*)args[2])->data;
+    a->seed_m = (uint32_t)seeds[0];
+    a->seed_v = (uint32_t)seeds[1];
+    job->offset[0] = 0;
+    int64_t elements = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        XLA_FFI_Buffer *p = args[3 + i], *g = args[3 + n + i], *mc = args[3 + 2 * n + i],
+                       *ms = args[3 + 3 * n + i], *vc = args[3 + 4 * n + i], *vs = args[3 + 5 * n + i];
+        int64_t size = num_elements(p), blocks = mc->rank == 2 ? mc->dims[0] : -1;
+        int64_t B = mc->rank == 2 ? mc->dims[1] : 0;
+        int ok = p->dtype == XLA_FFI_DataType_F32 && g->dtype == XLA_FFI_DataType_F32 &&
+                 mc->dtype == XLA_FFI_DataType_U8 && vc->dtype == XLA_FFI_DataType_U8 &&
+                 ms->dtype == XLA_FFI_DataType_F32 && vs->dtype == XLA_FFI_DataType_F32 && B > 0 &&
+                 num_elements(g) == size && blocks == (size + B - 1) / B && num_elements(vc) == blocks * B &&
+                 num_elements(ms) == blocks && num_elements(vs) == blocks && size > 0;
+        if (!ok) {
+            free(job);
+            return make_error(frame, "gradax_adamw8_step: expected float32 params and grads of one size, uint8 "
+                                     "codes [ceil(size/B), B] and float32 scales [ceil(size/B)]");
+        }
+        a->size[i] = size;
+        a->block[i] = B;
+        a->p[i] = in_place(p->data, ((XLA_FFI_Buffer*)rets[i])->data, size, sizeof(float));
+        a->g[i] = g->data;
+        a->mc[i] = in_place(mc->data, ((XLA_FFI_Buffer*)rets[n + i])->data, blocks * B, 1);
+        a->ms[i] = in_place(ms->data, ((XLA_FFI_Buffer*)rets[2 * n + i])->data, blocks, sizeof(float));
+        a->vc[i] = in_place(vc->data, ((XLA_FFI_Buffer*)rets[3 * n + i])->data, blocks * B, 1);
+        a->vs[i] = in_place(vs->data, ((XLA_FFI_Buffer*)rets[4 * n + i])->data, blocks, sizeof(float));
+        job->offset[i + 1] = job->offset[i] + blocks; /* the work is counted in blocks */
+        elements += blocks * B;
+    }
+    job->parts = parts_for(frame, elements);
+    job->run = adamw8_run;
+    run_job(frame, job);
+    release(job);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* Sum of squares per leaf: each part adds into its own row of partial sums, the caller adds the rows. */
 
 typedef struct {
-    float** x;
+    void** x;
+    uint8_t* bf16;   /* 1 where leaf i is bfloat16 */
     double* partial; /* [parts][n] */
 } SumSq;
 
@@ -136,9 +383,23 @@ static double sum_squares_span(const float* restrict x, int64_t lo, int64_t hi) 
     return total;
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double sum_squares_span_bf16(const uint16_t* restrict x, int64_t lo, int64_t hi) {
+    float acc[16] = {0};
+    int64_t i = lo;
+    for (; i + 16 <= hi; i += 16)
+        for (int k = 0; k < 16; ++k) acc[k] += bf16_to_f32(x[i + k]) * bf16_to_f32(x[i + k]);
+    double total = 0.0;
+    for (int k = 0; k < 16; ++k) total += acc[k];
+    for (; i < hi; ++i) total += (double)bf16_to_f32(x[i]) * bf16_to_f32(x[i]);
+    return total;
+}
+
 static void sumsq_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
     SumSq* s = (SumSq*)job->data;
-    s->partial[(size_t)part * (size_t)job->n + (size_t)leaf] += sum_squares_span(s->x[leaf], lo, hi);
+    double sum = s->bf16[leaf] ? sum_squares_span_bf16((const uint16_t*)s->x[leaf], lo, hi)
+                               : sum_squares_span((const float*)s->x[leaf], lo, hi);
+    s->partial[(size_t)part * (size_t)job->n + (size_t)leaf] += sum;
 }
 
 XLA_FFI_Error* gradax_sum_squares(XLA_FFI_CallFrame* frame) {
@@ -147,19 +408,25 @@ XLA_FFI_Error* gradax_sum_squares(XLA_FFI_CallFrame* frame) {
     int64_t n = frame->args.size;
     if (frame->rets.size != 1 || num_elements((XLA_FFI_Buffer*)frame->rets.rets[0]) != n)
         return make_error(frame, "gradax_sum_squares: expected one float32[n] result");
-    if (!all_float32_buffers(frame)) return make_error(frame, "gradax_sum_squares: every operand must be float32");
+    for (int64_t i = 0; i < n; ++i) {
+        if (!is_buffer(frame, i) || (dtype_of(frame->args.args[i]) != XLA_FFI_DataType_F32 &&
+                                     dtype_of(frame->args.args[i]) != XLA_FFI_DataType_BF16))
+            return make_error(frame, "gradax_sum_squares: every operand must be float32 or bfloat16");
+    }
     float* out = data_of(frame->rets.rets[0]);
     if (n == 0) return NULL;
     size_t ptrs = (size_t)n * sizeof(float*);
     size_t partial_bytes = (size_t)MAX_PARTS * (size_t)n * sizeof(double);
-    Job* job = new_job(n, sizeof(SumSq) + ptrs + 16 + partial_bytes);
+    Job* job = new_job(n, sizeof(SumSq) + ptrs + (size_t)n + 16 + partial_bytes);
     if (job == NULL) return make_error(frame, "gradax_sum_squares: out of memory");
     SumSq* s = (SumSq*)job->data;
-    s->x = (float**)((char*)job->data + sizeof(SumSq));
-    s->partial = (double*)(((uintptr_t)((char*)s->x + ptrs) + 15) & ~(uintptr_t)15);
+    s->x = (void**)((char*)job->data + sizeof(SumSq));
+    s->bf16 = (uint8_t*)((char*)s->x + ptrs);
+    s->partial = (double*)(((uintptr_t)(s->bf16 + n) + 15) & ~(uintptr_t)15);
     job->offset[0] = 0;
     for (int64_t i = 0; i < n; ++i) {
-        s->x[i] = data_of(frame->args.args[i]);
+        s->x[i] = ((XLA_FFI_Buffer*)frame->args.args[i])->data;
+        s->bf16[i] = dtype_of(frame->args.args[i]) == XLA_FFI_DataType_BF16;
         job->offset[i + 1] = job->offset[i] + num_elements((XLA_FFI_Buffer*)frame->args.args[i]);
     }
     job->parts = parts_for(frame, job->offset[n]);

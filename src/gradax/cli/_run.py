@@ -160,7 +160,7 @@ def make_step_fn(task: Task, optimizer: Any) -> Callable:
             return task.loss_and_acc(p, xb, yb)[0]
 
         if fused:
-            params, opt_state = optimizer.step(grads, opt_state, params)
+            params, opt_state = optimizer.step(params, opt_state, grads)
             return params, opt_state, loss, acc
         updates, opt_state = tx.update(grads, opt_state, params, value=loss, grad=grads, value_fn=value_fn)
         return gradax.apply_updates(params, updates), opt_state, loss, acc

@@ -8,13 +8,13 @@ compiles three kernels per leaf (see ``benchmarks/RESULTS.md``).
 :func:`adamw` returns an optimizer that is an ordinary :class:`gradax.GradientTransformationExtraArgs`
 (``init``/``update`` are those of ``gradax.adamw``, or of ``chain(clip_by_global_norm, adamw)`` with
 ``max_grad_norm``, states included, so checkpoints move between them and Optax) and adds
-``step(grads, state, params) -> (new_params, new_state)``. On the CPU backend, with float32 params, grads and
+``step(params, state, grads) -> (new_params, new_state)``. On the CPU backend, with float32 params, grads and
 moments, in a single-device process or inside ``shard_map``, ``step`` runs a C kernel over the tree (built on first
 use with the system C compiler and cached; one call per 32 leaves, multithreaded, in place on donated buffers):
 28 bytes per parameter. Anywhere else (GPU, GSPMD-sharded ``jit``, other dtypes, no C compiler,
 ``jax_enable_x64``) it is ``update`` followed by ``apply_updates``, with the same results.
 """
 
-from ._adamw import FusedGradientTransformation as FusedGradientTransformation
+from ._common import FusedGradientTransformation as FusedGradientTransformation
 from ._adamw import adamw as adamw
-from ._adamw import kernel_status as kernel_status
+from ._common import kernel_status as kernel_status

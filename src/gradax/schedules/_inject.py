@@ -318,9 +318,9 @@ def inject_hyperparams(
         if fused_class is None:
             return GradientTransformationExtraArgs(init, update)
 
-        def step(grads, state, params):
+        def step(params, state, grads):
             hyperparams, schedule_states = advance(state, {})
-            params, inner_state = build(hyperparams).step(grads, state.inner_state, params)
+            params, inner_state = build(hyperparams).step(params, state.inner_state, grads)
             return params, new_state(state, hyperparams, schedule_states, inner_state)
 
         return fused_class(init, update, step)

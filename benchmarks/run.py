@@ -280,7 +280,12 @@ def build_workloads(size: str) -> list[Workload]:
         Workload(
             "sgd_nesterov", gpt, lambda o: o.sgd(1e-2, momentum=0.9, nesterov=True), torch_step=_torch_adamw("sgd")
         ),
-        Workload("lion", gpt, lambda o: o.lion(1e-4, weight_decay=1e-4)),
+        Workload(
+            "lion",
+            gpt,
+            lambda o: o.lion(1e-4, weight_decay=1e-4),
+            extra={FUSED: lambda o: o.fused.lion(1e-4, weight_decay=1e-4)},
+        ),
         Workload(
             "adafactor",
             gpt,
@@ -319,13 +324,17 @@ def build_workloads(size: str) -> list[Workload]:
             lambda o: o.adamw(1e-3, weight_decay=1e-4),
             dtype=jnp.bfloat16,
             torch_step=_torch_adamw("adamw"),
+            extra=fused_adamw,
             notes=["torch keeps bf16 moments for bf16 params (gradax/optax keep float32): fewer bytes for torch"],
         ),
         Workload(
             "adamw_8bit",
             gpt,
             lambda o: o.adamw(1e-3, weight_decay=1e-4, **({"moments": "8bit"} if o is gradax else {})),
-            extra={"gradax_fp32": lambda o: o.adamw(1e-3, weight_decay=1e-4)},
+            extra={
+                "gradax_fp32": lambda o: o.adamw(1e-3, weight_decay=1e-4),
+                FUSED: lambda o: o.fused.adamw(1e-3, weight_decay=1e-4, moments="8bit"),
+            },
             notes=["the gradax column is adamw(moments='8bit'), the optax column float32 AdamW"],
         ),
     ]

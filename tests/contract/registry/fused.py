@@ -33,3 +33,19 @@ COVERED = {
     "fused.FusedGradientTransformation": "tests/test_fused.py",
     "fused.kernel_status": "tests/test_fused.py",
 }
+
+
+def _fused_lion(**kwargs):
+    """gradax.fused.lion; its oracle is optax.lion (same init and update)."""
+    return lambda ox: gradax.fused.lion(**kwargs) if ox is gradax else ox.lion(**kwargs)
+
+
+ENTRIES += [
+    Entry("fused.lion", make=_fused_lion(learning_rate=1e-3, weight_decay=0.1), needs_params=True, inject=False),
+    Entry(
+        "fused.lion",
+        make=_fused_lion(learning_rate=lambda c: 1e-3 / (1.0 + c), b1=0.8, b2=0.95, weight_decay=0.0),
+        needs_params=True,
+        inject=False,
+    ),
+]

@@ -1,0 +1,189 @@
+/* The single-pass CPU kernel of gradax.fused.lion, called from XLA through its FFI (C API, xla/ffi/api/c_api.h).
+ *
+ * gradax_lion_step: one pass over every leaf of the tree reads p, g, m and writes p, m in place (20 bytes per
+ * float32 parameter). Operands:
+ *   args[0]        float32[NL] step scalars (see enum LionScalar)
+ *   args[1]        float32[n] 1 where leaf i is decayed, 0 where the mask (or a weight decay of 0) leaves it
+ *   args[2+i]      params leaf i,  args[2+n+i] grads leaf i,  args[2+2n+i] momentum leaf i
+ *   rets[i]        new params i,   rets[n+i] new momentum i
+ * The results alias the params and momentum operands (input_output_aliases), so the update is in place.
+ *
+ * Each leaf is one of three kinds: float32 params, grads and momentum; bfloat16 params and grads with a float32
+ * momentum (gradax's default for bfloat16 params); or all three bfloat16. The arithmetic is that of XLA:CPU's code
+ * for lion's update + apply_updates, rounding for rounding:
+ *   c = (1-b1) g + b1 m;  u = sign(c);  m' = (1-b2) g + b2 m;  u = u + wd p (decayed leaves);  p' = p + (-lr) u
+ * in float32, where bfloat16 leaves round u to bfloat16 after the decay and after the learning rate (the updates
+ * each transformation of the chain returns), then p' and a bfloat16 m'. On a CPU with FMA, XLA:CPU contracts each
+ * multiply-add into one fused multiply-add (one rounding): with the product of the gradient for float32 leaves and
+ * bfloat16 ones, with the product of the momentum for bfloat16 leaves with a float32 momentum (measured; see
+ * tests/test_fused_lion.py). The kernel makes the same fmaf calls (the library is built with -ffp-contract=off, so
+ * it contracts nothing else), and none on a CPU without FMA.
+ */
+#include "fused_common.h"
+
+enum LionScalar {
+    L_B1,            /* beta1 */
+    L_ONE_MINUS_B1,  /* 1 - beta1 */
+    L_B2,            /* beta2 */
+    L_ONE_MINUS_B2,  /* 1 - beta2 */
+    L_WEIGHT_DECAY,  /* the decay rate of decayed leaves */
+    L_NEG_LR,        /* -learning_rate */
+    NL
+};
+
+enum LeafKind { F32, BF16_MU_F32, BF16 };
+
+typedef struct Lion Lion;
+struct Lion {
+    float s[NL];
+    float* decay;       /* [n] */
+    int* kind;          /* [n] enum LeafKind */
+    void **p, **g, **m; /* p and m updated in place (the results alias the operands) */
+    void (*span)(const Lion* a, int64_t leaf, int64_t lo, int64_t hi); /* this CPU's variant */
+};
+
+/* a * b + c, rounded once where XLA:CPU contracts it, twice where it does not */
+static inline __attribute__((always_inline)) float muladd(float a, float b, float c, int fused) {
+    return fused ? fmaf(a, b, c) : a * b + c;
+}
+
+/* jnp.sign: -1, 1, or x itself for +-0 and NaN */
+static inline __attribute__((always_inline)) float sign_of(float x) {
+    return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x);
+}
+
+/* One span of one leaf, in place, with restrict pointers (the compiler vectorizes without runtime overlap checks,
+ * which an exact alias of input and output would fail). `fused` is a constant in each instruction-set variant
+ * below (a runtime flag would keep the loops from vectorizing); `decay` is a select, which vectorizes. */
+static inline __attribute__((always_inline)) void lion_span(const Lion* a, int64_t leaf, int64_t lo, int64_t hi,
+                                                            const int fused) {
+    const float b1 = a->s[L_B1], omb1 = a->s[L_ONE_MINUS_B1], b2 = a->s[L_B2], omb2 = a->s[L_ONE_MINUS_B2];
+    const float wd = a->s[L_WEIGHT_DECAY], neg_lr = a->s[L_NEG_LR];
+    const int decay = a->decay[leaf] != 0.0f;
+    if (a->kind[leaf] == F32) {
+        float* restrict p = a->p[leaf];
+        const float* restrict g = a->g[leaf];
+        float* restrict m = a->m[leaf];
+        for (int64_t i = lo; i < hi; ++i) {
+            float gi = g[i], mi = m[i], pi = p[i];
+            float u = sign_of(muladd(omb1, gi, b1 * mi, fused));
+            m[i] = muladd(omb2, gi, b2 * mi, fused);
+            u = decay ? muladd(wd, pi, u, fused) : u;
+            p[i] = muladd(neg_lr, u, pi, fused);
+        }
+    } else if (a->kind[leaf] == BF16_MU_F32) {
+        uint16_t* restrict p = a->p[leaf];
+        const uint16_t* restrict g = a->g[leaf];
+        float* restrict m = a->m[leaf];
+        for (int64_t i = lo; i < hi; ++i) {
+            float gi = bf16_to_f32(g[i]), mi = m[i], pi = bf16_to_f32(p[i]);
+            float u = sign_of(muladd(b1, mi, omb1 * gi, fused)); /* exact in bfloat16 */
+            m[i] = muladd(b2, mi, omb2 * gi, fused);
+            u = decay ? round_bf16(muladd(wd, pi, u, fused)) : u;
+            u = round_bf16(neg_lr * u);
+            p[i] = f32_to_bf16(pi + u);
+        }
+    } else {
+        uint16_t* restrict p = a->p[leaf];
+        const uint16_t* restrict g = a->g[leaf];
+        uint16_t* restrict m = a->m[leaf];
+        for (int64_t i = lo; i < hi; ++i) {
+            float gi = bf16_to_f32(g[i]), mi = bf16_to_f32(m[i]), pi = bf16_to_f32(p[i]);
+            float u = sign_of(muladd(omb1, gi, b1 * mi, fused));
+            m[i] = f32_to_bf16(muladd(omb2, gi, b2 * mi, fused));
+            u = decay ? round_bf16(muladd(wd, pi, u, fused)) : u;
+            u = round_bf16(neg_lr * u);
+            p[i] = f32_to_bf16(pi + u);
+        }
+    }
+}
+
+/* The variants, picked at run time by the CPU's features (like target_clones, which cannot make `fused` a constant
+ * per clone): AVX-512 with FMA, AVX2 with FMA, FMA alone (AVX), and none (SSE2: separate multiply and add). */
+__attribute__((target("avx512f,fma")))
+static void lion_span_avx512(const Lion* a, int64_t leaf, int64_t lo, int64_t hi) { lion_span(a, leaf, lo, hi, 1); }
+
+__attribute__((target("avx2,fma")))
+static void lion_span_avx2(const Lion* a, int64_t leaf, int64_t lo, int64_t hi) { lion_span(a, leaf, lo, hi, 1); }
+
+__attribute__((target("fma")))
+static void lion_span_fma(const Lion* a, int64_t leaf, int64_t lo, int64_t hi) { lion_span(a, leaf, lo, hi, 1); }
+
+static void lion_span_baseline(const Lion* a, int64_t leaf, int64_t lo, int64_t hi) { lion_span(a, leaf, lo, hi, 0); }
+
+typedef void (*LionSpan)(const Lion* a, int64_t leaf, int64_t lo, int64_t hi);
+
+static LionSpan lion_span_for_cpu(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("fma")) return lion_span_baseline;
+    if (__builtin_cpu_supports("avx512f")) return lion_span_avx512;
+    return __builtin_cpu_supports("avx2") ? lion_span_avx2 : lion_span_fma;
+}
+
+static void lion_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
+    (void)part;
+    Lion* a = (Lion*)job->data;
+    a->span(a, leaf, lo, hi);
+}
+
+/* the kind of a leaf from its params, grads and momentum dtypes; -1 when the kernel does not cover them */
+static int leaf_kind(XLA_FFI_DataType p, XLA_FFI_DataType g, XLA_FFI_DataType m) {
+    if (p == XLA_FFI_DataType_F32 && g == p && m == XLA_FFI_DataType_F32) return F32;
+    if (p == XLA_FFI_DataType_BF16 && g == p && m == XLA_FFI_DataType_F32) return BF16_MU_F32;
+    if (p == XLA_FFI_DataType_BF16 && g == p && m == XLA_FFI_DataType_BF16) return BF16;
+    return -1;
+}
+
+XLA_FFI_Error* gradax_lion_step(XLA_FFI_CallFrame* frame) {
+    if (answer_metadata(frame)) return NULL;
+    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+    int64_t nargs = frame->args.size, nrets = frame->rets.size;
+    if (nargs < 2 || (nargs - 2) % 3 != 0 || nrets != 2 * ((nargs - 2) / 3))
+        return make_error(frame, "gradax_lion_step: expected 2 + 3n operands and 2n results");
+    for (int64_t i = 0; i < nargs; ++i)
+        if (!is_buffer(frame, i)) return make_error(frame, "gradax_lion_step: every operand must be a buffer");
+    int64_t n = (nargs - 2) / 3;
+    void** args = frame->args.args;
+    void** rets = frame->rets.rets;
+    if (dtype_of(args[0]) != XLA_FFI_DataType_F32 || dtype_of(args[1]) != XLA_FFI_DataType_F32 ||
+        num_elements((XLA_FFI_Buffer*)args[0]) != NL || num_elements((XLA_FFI_Buffer*)args[1]) != n)
+        return make_error(frame, "gradax_lion_step: wrong number or dtype of scalars or decay flags");
+    size_t leaves = (size_t)(n > 0 ? n : 1), ptrs = leaves * sizeof(void*);
+    Job* job = new_job(n, sizeof(Lion) + 3 * ptrs + leaves * (sizeof(float) + sizeof(int)));
+    if (job == NULL) return make_error(frame, "gradax_lion_step: out of memory");
+    Lion* a = (Lion*)job->data;
+    char* cursor = (char*)job->data + sizeof(Lion);
+    a->p = (void**)cursor; a->g = (void**)(cursor + ptrs); a->m = (void**)(cursor + 2 * ptrs);
+    a->decay = (float*)(cursor + 3 * ptrs);
+    a->kind = (int*)(cursor + 3 * ptrs + leaves * sizeof(float));
+    memcpy(a->s, data_of(args[0]), sizeof(a->s));
+    memcpy(a->decay, data_of(args[1]), (size_t)n * sizeof(float));
+    a->span = lion_span_for_cpu();
+    job->offset[0] = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        void *p = args[2 + i], *g = args[2 + n + i], *m = args[2 + 2 * n + i];
+        int64_t size = num_elements((XLA_FFI_Buffer*)p);
+        a->kind[i] = leaf_kind(dtype_of(p), dtype_of(g), dtype_of(m));
+        const char* error = NULL;
+        if (a->kind[i] < 0) error = "gradax_lion_step: a leaf's dtypes are not float32 or bfloat16 as supported";
+        else if (num_elements((XLA_FFI_Buffer*)g) != size || num_elements((XLA_FFI_Buffer*)m) != size)
+            error = "gradax_lion_step: params, grads and momentum differ in size";
+        else if (dtype_of(rets[i]) != dtype_of(p) || dtype_of(rets[n + i]) != dtype_of(m))
+            error = "gradax_lion_step: results differ in dtype from params and momentum";
+        if (error != NULL) {
+            free(job);
+            return make_error(frame, error);
+        }
+        size_t p_item = a->kind[i] == F32 ? sizeof(float) : sizeof(uint16_t);
+        size_t m_item = a->kind[i] == BF16 ? sizeof(uint16_t) : sizeof(float);
+        a->p[i] = in_place(((XLA_FFI_Buffer*)p)->data, ((XLA_FFI_Buffer*)rets[i])->data, size, p_item);
+        a->g[i] = ((XLA_FFI_Buffer*)g)->data;
+        a->m[i] = in_place(((XLA_FFI_Buffer*)m)->data, ((XLA_FFI_Buffer*)rets[n + i])->data, size, m_item);
+        job->offset[i + 1] = job->offset[i] + size;
+    }
+    job->parts = parts_for(frame, job->offset[n]);
+    job->run = lion_run;
+    run_job(frame, job);
+    release(job);
+    return NULL;
+}

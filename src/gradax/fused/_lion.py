@@ -1,0 +1,175 @@
+"""gradax.fused.lion: Lion whose ``step`` updates and applies in one kernel pass on the CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from .. import _kernels
+from .._base import MaskOrFn, Params, ScalarOrSchedule, Updates
+from .._numerics import safe_int32_increment
+from .._quantization import Blockwise8bit
+from ..optimizers._lion import ScaleByLionState
+from ..optimizers._lion import lion as _lion
+from ..optimizers._moments import hyper_values
+from ..transforms._adding import add_decayed_weights
+from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
+from ..transforms._scaling import scale_by_learning_rate
+from ._common import FusedGradientTransformation, kernel_applies, reference_step, with_reference
+
+# The scalars of one Lion step, in the order of ``enum LionScalar`` in fused_lion.c.
+LION_SCALARS = ("b1", "one_minus_b1", "b2", "one_minus_b2", "weight_decay", "neg_lr")
+
+# (params and grads dtype, momentum dtype) of the leaves the kernel takes
+_KINDS = {
+    (jnp.dtype(jnp.float32), jnp.dtype(jnp.float32)),
+    (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)),  # lion's default momentum for bfloat16 params
+    (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.bfloat16)),
+}
+
+
+def lion_step(scalars: jax.Array, decay: jax.Array, params: list, grads: list, mu: list) -> tuple[list, list]:
+    """One in-place Lion pass over the leaves: returns the new params and momentum.
+
+    Each leaf's params and grads are float32 or bfloat16 (alike), its momentum float32, or bfloat16 with bfloat16
+    params. ``scalars`` is float32[len(LION_SCALARS)], ``decay`` float32[len(params)] (1 where a leaf is decayed).
+    The results alias the params and momentum (donate them to update in place; otherwise XLA copies them first).
+    """
+    out_p: list = []
+    out_m: list = []
+    for part in _kernels._chunks(len(params), _kernels.LEAVES_PER_CALL):
+        p, g, m = params[part], grads[part], mu[part]
+        n = len(p)
+        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*p, *m)]
+        aliases = {2 + i: i for i in range(n)}
+        aliases.update({2 + 2 * n + i: n + i for i in range(n)})
+        out = jax.ffi.ffi_call("gradax_lion_step", shapes, input_output_aliases=aliases)(
+            scalars, decay[part], *p, *g, *m
+        )
+        out_p += out[:n]
+        out_m += out[n:]
+    return out_p, out_m
+
+
+def _covered(params: list, grads: list, mu: list) -> bool:
+    """Whether the kernel takes every leaf: params and grads alike, float32 or bfloat16, with a momentum of the
+    same shape as in ``_KINDS``."""
+    for p, g, m in zip(params, grads, mu, strict=True):
+        dtypes = tuple(getattr(x, "dtype", None) for x in (p, g, m))
+        if not (dtypes[0] == dtypes[1] and (dtypes[0], dtypes[2]) in _KINDS):
+            return False
+        if not jnp.shape(p) == jnp.shape(g) == jnp.shape(m):
+            return False
+    return True
+
+
+def lion(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.99,
+    mu_dtype: Any | None = None,
+    weight_decay: ScalarOrSchedule = 1e-3,
+    mask: MaskOrFn = None,
+    *,
+    moments: str | Blockwise8bit | None = None,
+) -> FusedGradientTransformation:
+    r"""Lion with a fused ``step`` that updates the params and momentum in one pass.
+
+    .. math::
+      \theta_t = \theta_{t-1} - \eta_t \left(\mathrm{sign}((1-\beta_1) g_t + \beta_1 m_{t-1}) + \lambda_t
+      \theta_{t-1}\right), \quad m_t = (1-\beta_2) g_t + \beta_2 m_{t-1}.
+
+    ``init`` and ``update`` are those of ``gradax.lion(...)``: same state, same updates. ``step(params, state,
+    grads)`` returns ``(new_params, new_state)`` (arguments in the order of the results: donate them with
+    ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend it is one multithreaded C kernel over every
+    leaf, writing the params and momentum in place when the caller donates them: 20 bytes per float32 parameter,
+    where XLA's two passes (new momentum, new params) move 28. It takes trees whose params and grads are float32 or bfloat16 with a float32 momentum (the default for
+    both), or bfloat16 params, grads and momentum (``mu_dtype=jnp.bfloat16``), and its results are bit for bit those
+    of ``update`` + ``apply_updates`` compiled by XLA:CPU: the same multiply-adds, fused where XLA fuses them on a
+    CPU with FMA, and each bfloat16 rounding of the chain (the momentum, the update after the decay and after the
+    learning rate, the params). With 8-bit moments, for other dtypes, on GPU, with several devices under ``jit``
+    (GSPMD sharding), under ``jax_enable_x64`` or without a C compiler ``step`` is ``update`` followed by
+    ``apply_updates``, and so are ``vmap`` and autodiff of ``step``.
+
+    Args:
+      learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
+      b1: :math:`\beta_1 \in [0, 1)`.
+      b2: :math:`\beta_2 \in [0, 1)`.
+      mu_dtype: dtype of the momentum (default: the params' dtype, float32 for bfloat16 params).
+      weight_decay: :math:`\lambda`, a number, an array or a schedule of the step count.
+      mask: which parameters to decay: a tree of booleans like the params (or a prefix), or a function of the
+        params returning one; None decays all.
+      moments: None (dense momentum), ``"8bit"`` or a :class:`gradax.Blockwise8bit` (see
+        :func:`gradax.scale_by_lion`; ``step`` is then ``update`` + ``apply_updates``).
+
+    Returns:
+      A :class:`FusedGradientTransformation`: ``init``, ``update`` and ``step``.
+
+    Example:
+      >>> import gradax, jax, jax.numpy as jnp
+      >>> params = {"w": jnp.array([1.0, -2.0])}
+      >>> opt = gradax.fused.lion(learning_rate=0.1, weight_decay=0.5)
+      >>> step = jax.jit(opt.step, donate_argnums=(0, 1))
+      >>> params, state = step(params, opt.init(params), {"w": jnp.array([2.0, -4.0])})
+      >>> params["w"]
+      Array([ 0.85, -1.8 ], dtype=float32)
+
+    References:
+      Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms".
+    """
+    tx = _lion(learning_rate, b1, b2, mu_dtype, weight_decay, mask, moments=moments)
+    reference = reference_step(tx.update)
+    # the unmasked parts of lion's chain: run on scalar probes, they give the step's learning rate and decay rate
+    # and their own next states, so schedules and counters advance exactly as in ``update``
+    lr_tx = scale_by_learning_rate(learning_rate)
+    decay_tx = add_decayed_weights(weight_decay)
+
+    def kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        lion_state, decay_state, lr_state = state
+        decay_inner = decay_state if mask is None else decay_state.inner_state
+        p_leaves, treedef = jax.tree.flatten(params)
+        g_leaves, m_leaves = (treedef.flatten_up_to(t) for t in (grads, lion_state.mu))
+        one, zero = jnp.ones([], jnp.float32), jnp.zeros([], jnp.float32)
+        neg_lr, new_lr = lr_tx.update(one, lr_state)  # -lr * 1
+        rate, new_decay = decay_tx.update(zero, decay_inner, one)  # 0 + rate * 1
+        beta1, beta2 = hyper_values(b1, b2)
+        values = [beta1, 1 - beta1, beta2, 1 - beta2, rate, neg_lr]
+        scalars = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
+        # add_decayed_weights hands back the very updates it was given when it skips (a weight decay of 0)
+        decayed = np.full(len(p_leaves), float(rate is not zero), np.float32)
+        if mask is not None:
+            resolved = broadcast_prefix(resolve_mask("fused.lion", mask, params), params)
+            decayed = decayed * np.asarray(treedef.flatten_up_to(resolved), np.float32)
+        new_p, new_m = lion_step(scalars, jnp.asarray(decayed), p_leaves, g_leaves, m_leaves)
+
+        new_lion = ScaleByLionState(count=safe_int32_increment(lion_state.count), mu=treedef.unflatten(new_m))
+        if mask is not None:
+            new_decay = MaskedState(inner_state=new_decay)
+        return treedef.unflatten(new_p), (new_lion, new_decay, new_lr)
+
+    def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        if moments is not None or not kernel_applies():
+            return reference(params, state, grads)
+        lion_state, decay_state, lr_state = state
+        decay_inner = decay_state if mask is None else decay_state.inner_state
+        p_leaves, treedef = jax.tree.flatten(params)
+        try:
+            leaves = [treedef.flatten_up_to(t) for t in (grads, lion_state.mu)]
+        except (ValueError, TypeError):
+            return reference(params, state, grads)  # raises the usual, explicit error
+        one = jnp.ones([], jnp.float32)
+        probes = [jax.eval_shape(lambda: lr_tx.update(one, lr_state)[0])]  # the kernel takes scalar rates
+        probes.append(jax.eval_shape(lambda: decay_tx.update(one, decay_inner, one)[0]))
+        if not (p_leaves and _covered(p_leaves, *leaves) and all(x.shape == () for x in probes)):
+            return reference(params, state, grads)
+        return with_reference(kernel_step, reference)(params, state, grads)
+
+    return FusedGradientTransformation(tx.init, tx.update, step)
+
+
+# inject_hyperparams(lion)(...) builds a FusedGradientTransformation with the injected step
+lion.__gradax_fused__ = FusedGradientTransformation

@@ -70,26 +70,38 @@ static void adamw_span(const float* s, float wd, float* restrict p, const float*
  * update (scale_by_adam, add_decayed_weights, the learning rate, then the sum with the params), so the update is
  * rounded to bfloat16 at each of those points, as update + apply_updates does; the arithmetic between them is
  * float32. A clipped gradient is rounded to bfloat16 too (clip_by_global_norm returns the grads' dtype). */
-__attribute__((target_clones("avx512f", "avx2", "default")))
-static void adamw_span_bf16(const float* s, float wd, uint16_t* restrict p, const uint16_t* restrict g,
-                            float* restrict m, float* restrict v, int64_t lo, int64_t hi) {
+static inline __attribute__((always_inline)) void adamw_bf16_body(
+    const float* s, float wd, uint16_t* restrict p, const uint16_t* restrict g, float* restrict m,
+    float* restrict v, int64_t lo, int64_t hi, const int nesterov, const int decay) {
     const float b1 = s[S_B1], omb1 = s[S_ONE_MINUS_B1], b2 = s[S_B2], omb2 = s[S_ONE_MINUS_B2];
-    const float c1 = s[S_C1], c1n = s[S_C1_NEXT], c2 = s[S_C2], eps = s[S_EPS], eps_root = s[S_EPS_ROOT];
-    const float neg_lr = s[S_NEG_LR], scale = s[S_GRAD_SCALE];
-    const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f;
+    /* this loop is bound by arithmetic, not memory: it multiplies by the reciprocals of the bias corrections
+     * instead of dividing by them (within an ulp of update + apply; the float32 loop divides, as XLA does) */
+    const float ic1 = 1.0f / s[S_C1], ic1n = 1.0f / s[S_C1_NEXT], ic2 = 1.0f / s[S_C2];
+    const float eps = s[S_EPS], eps_root = s[S_EPS_ROOT], neg_lr = s[S_NEG_LR], scale = s[S_GRAD_SCALE];
     for (int64_t i = lo; i < hi; ++i) {
         float gi = round_bf16(bf16_to_f32(g[i]) * scale); /* exact when not clipping (scale 1) */
         float mi = omb1 * gi + b1 * m[i];
         float vi = omb2 * (gi * gi) + b2 * v[i];
-        float mhat = nesterov ? b1 * (mi / c1n) + omb1 * (gi / c1) : mi / c1;
-        float u = round_bf16(mhat / (sqrtf(vi / c2 + eps_root) + eps));
+        float mhat = nesterov ? b1 * (mi * ic1n) + omb1 * (gi * ic1) : mi * ic1;
+        float u = round_bf16(mhat / (sqrtf(vi * ic2 + eps_root) + eps));
         float pi = bf16_to_f32(p[i]);
-        u = decay ? round_bf16(u + wd * pi) : u;
+        if (decay) u = round_bf16(u + wd * pi);
         u = round_bf16(u * neg_lr);
         m[i] = mi;
         v[i] = vi;
         p[i] = f32_to_bf16(pi + u);
     }
+}
+
+/* Nesterov and decay are constants of each of the four loops (an if-converted select would compute both sides) */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void adamw_span_bf16(const float* s, float wd, uint16_t* restrict p, const uint16_t* restrict g,
+                            float* restrict m, float* restrict v, int64_t lo, int64_t hi) {
+    const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f;
+    if (nesterov && decay) adamw_bf16_body(s, wd, p, g, m, v, lo, hi, 1, 1);
+    else if (nesterov) adamw_bf16_body(s, wd, p, g, m, v, lo, hi, 1, 0);
+    else if (decay) adamw_bf16_body(s, wd, p, g, m, v, lo, hi, 0, 1);
+    else adamw_bf16_body(s, wd, p, g, m, v, lo, hi, 0, 0);
 }
 
 static void adamw_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
@@ -198,20 +210,26 @@ static inline float decode_magnitude(int32_t code, int shift, int32_t offset) {
 static inline float safe_inverse(float s) { return s > 0.0f ? 1.0f / s : 0.0f; }
 
 typedef struct {
-    float b1, omb1, b2, omb2, c1, c1n, c2, eps, eps_root, neg_lr, scale;
+    float b1, omb1, b2, omb2, c1, c1n, c2, isc2, eps, eps_root, neg_lr, scale;
     int nesterov;
 } AdamConsts;
 
+/* c1, c1n, c2 and isc2 are reciprocals: 1/c1, 1/c1n, 1/c2 and 1/sqrt(c2) (see q8_element) */
 static inline AdamConsts adam_consts(const float* s) {
-    AdamConsts k = {s[S_B1], s[S_ONE_MINUS_B1], s[S_B2], s[S_ONE_MINUS_B2], s[S_C1], s[S_C1_NEXT], s[S_C2],
-                    s[S_EPS], s[S_EPS_ROOT], s[S_NEG_LR], s[S_GRAD_SCALE], s[S_NESTEROV] != 0.0f};
+    AdamConsts k = {s[S_B1], s[S_ONE_MINUS_B1], s[S_B2], s[S_ONE_MINUS_B2], 1.0f / s[S_C1], 1.0f / s[S_C1_NEXT],
+                    1.0f / s[S_C2], 1.0f / sqrtf(s[S_C2]), s[S_EPS], s[S_EPS_ROOT], s[S_NEG_LR],
+                    s[S_GRAD_SCALE], s[S_NESTEROV] != 0.0f};
     return k;
 }
 
-/* One element: decodes its codes (old scales ms, vs), updates its moments (gradient gi), returns the Adam update in
- * *u and writes the new codes (inverse new scales im, iv) */
-static inline float q8_element(const AdamConsts* k, float gi, uint8_t* mc, uint8_t* vc, float ms, float vs,
-                               float im, float iv, uint32_t index, uint32_t seed_m, uint32_t seed_v) {
+/* One element: decodes its codes (old scales ms, vs), updates its moments (gradient gi), returns the Adam update
+ * and writes the new codes (inverse new scales im, iv). This loop is bound by arithmetic, not memory: it multiplies
+ * by the reciprocals of the bias corrections instead of dividing, and with eps_root = 0 it takes sqrt(v / c2) as
+ * sqrt(v) / sqrt(c2), sharing the square root that the code of sqrt(v) needs (within an ulp or two of
+ * scale_by_adam; the codes agree but where a moment lands on a rounding boundary). */
+static inline __attribute__((always_inline)) float q8_element(
+    const AdamConsts* k, float gi, uint8_t* mc, uint8_t* vc, float ms, float vs, float im, float iv, uint32_t index,
+    uint32_t seed_m, uint32_t seed_v, const int nesterov, const int eps_root) {
     int32_t mcode = *mc, vcode = *vc;
     float magnitude = decode_magnitude(mcode & 0x7F, SIGNED_SHIFT, SIGNED_OFFSET);
     float m_old = bits_f32(f32_bits(magnitude) | ((uint32_t)(mcode >> 7) << 31)) * ms;
@@ -219,13 +237,14 @@ static inline float q8_element(const AdamConsts* k, float gi, uint8_t* mc, uint8
     float v_old = root * root;
     float mi = k->omb1 * gi + k->b1 * m_old;
     float vi = k->omb2 * (gi * gi) + k->b2 * v_old;
-    float mhat = k->nesterov ? k->b1 * (mi / k->c1n) + k->omb1 * (gi / k->c1) : mi / k->c1;
-    float u = mhat / (sqrtf(vi / k->c2 + k->eps_root) + k->eps);
+    float mhat = nesterov ? k->b1 * (mi * k->c1n) + k->omb1 * (gi * k->c1) : mi * k->c1;
+    float root_v = sqrtf(vi);
+    float u = mhat / ((eps_root ? sqrtf(vi * k->c2 + k->eps_root) : root_v * k->isc2) + k->eps);
     uint32_t ybits = f32_bits(mi * im);
     int32_t mag = encode_magnitude(ybits & 0x7FFFFFFFu, dither(index, seed_m), SIGNED_SHIFT, SIGNED_OFFSET,
                                    SIGNED_TOP);
     *mc = (uint8_t)(((ybits >> 31) << 7) | (uint32_t)mag);
-    *vc = (uint8_t)encode_magnitude(f32_bits(sqrtf(vi) * iv), dither(index, seed_v), ROOT_SHIFT, ROOT_OFFSET,
+    *vc = (uint8_t)encode_magnitude(f32_bits(root_v * iv), dither(index, seed_v), ROOT_SHIFT, ROOT_OFFSET,
                                     ROOT_TOP);
     return u;
 }
@@ -241,12 +260,11 @@ typedef struct {
 } AdamW8;
 
 /* blocks [lo, hi) of one leaf */
-__attribute__((target_clones("avx512f", "avx2", "default")))
-static void adamw8_blocks(const AdamW8* a, float wd, float* restrict p, const float* restrict g,
-                          uint8_t* restrict mc, float* restrict ms, uint8_t* restrict vc, float* restrict vs,
-                          int64_t size, int64_t B, int64_t lo, int64_t hi) {
+static inline __attribute__((always_inline)) void adamw8_body(
+    const AdamW8* a, float wd, float* restrict p, const float* restrict g, uint8_t* restrict mc,
+    float* restrict ms, uint8_t* restrict vc, float* restrict vs, int64_t size, int64_t B, int64_t lo, int64_t hi,
+    const int nesterov, const int decay, const int eps_root) {
     const AdamConsts k = adam_consts(a->s);
-    const int decay = wd != 0.0f;
     for (int64_t b = lo; b < hi; ++b) {
         const int64_t e0 = b * B, valid = size - e0 < B ? size - e0 : B;
         /* the block's gradient absmax (block_absmax: max(max(g), -min(g)) over the zero-padded block), as the
@@ -268,17 +286,37 @@ static void adamw8_blocks(const AdamW8* a, float wd, float* restrict p, const fl
         const float* restrict gb = g + e0;
         for (int64_t j = 0; j < valid; ++j) {
             float u = q8_element(&k, gb[j] * k.scale, mcb + j, vcb + j, ms_old, vs_old, im, iv,
-                                 base + (uint32_t)j, a->seed_m, a->seed_v);
+                                 base + (uint32_t)j, a->seed_m, a->seed_v, nesterov, eps_root);
             float pi = pb[j];
             if (decay) u = u + wd * pi;
             pb[j] = pi + u * k.neg_lr;
         }
         for (int64_t j = valid; j < B; ++j) /* the padding: a zero gradient, no parameter */
             (void)q8_element(&k, 0.0f, mcb + j, vcb + j, ms_old, vs_old, im, iv, base + (uint32_t)j, a->seed_m,
-                             a->seed_v);
+                             a->seed_v, nesterov, eps_root);
         ms[b] = ms_new;
         vs[b] = vs_new;
     }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void adamw8_blocks(const AdamW8* a, float wd, float* restrict p, const float* restrict g,
+                          uint8_t* restrict mc, float* restrict ms, uint8_t* restrict vc, float* restrict vs,
+                          int64_t size, int64_t B, int64_t lo, int64_t hi) {
+    const int nesterov = a->s[S_NESTEROV] != 0.0f, decay = wd != 0.0f, eps_root = a->s[S_EPS_ROOT] != 0.0f;
+#define ADAMW8_BODY(N, D, E) adamw8_body(a, wd, p, g, mc, ms, vc, vs, size, B, lo, hi, N, D, E)
+    if (eps_root) {
+        if (nesterov && decay) ADAMW8_BODY(1, 1, 1);
+        else if (nesterov) ADAMW8_BODY(1, 0, 1);
+        else if (decay) ADAMW8_BODY(0, 1, 1);
+        else ADAMW8_BODY(0, 0, 1);
+    } else {
+        if (nesterov && decay) ADAMW8_BODY(1, 1, 0);
+        else if (nesterov) ADAMW8_BODY(1, 0, 0);
+        else if (decay) ADAMW8_BODY(0, 1, 0);
+        else ADAMW8_BODY(0, 0, 0);
+    }
+#undef ADAMW8_BODY
 }
 
 static void adamw8_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {

@@ -23,6 +23,16 @@
 
 
 /* below this many elements per part, the cost of handing a part to another thread exceeds its work */
+/* Each loop is compiled for x86-64-v4 (AVX-512 with VL/BW/DQ: 32 vector registers for 256-bit code too, so the
+ * long loops of the bfloat16 and 8-bit steps do not spill), AVX2 and the baseline; the loader picks one per CPU. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define GRADAX_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#elif defined(__x86_64__)
+#define GRADAX_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GRADAX_CLONES
+#endif
+
 #define MIN_ELEMENTS_PER_PART (1 << 15)
 #define MAX_PARTS 64
 

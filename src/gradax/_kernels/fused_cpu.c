@@ -45,7 +45,7 @@ typedef struct {
 /* In place, with restrict pointers: the compiler vectorizes without runtime overlap checks (an exact alias of
  * input and output would fail those checks and fall back to the scalar loop). Loop-invariant branches (Nesterov,
  * decay) are unswitched: each variant is one vector loop. */
-__attribute__((target_clones("avx512f", "avx2", "default")))
+GRADAX_CLONES
 static void adamw_span(const float* s, float wd, float* restrict p, const float* restrict g, float* restrict m,
                        float* restrict v, int64_t lo, int64_t hi) {
     const float b1 = s[S_B1], omb1 = s[S_ONE_MINUS_B1], b2 = s[S_B2], omb2 = s[S_ONE_MINUS_B2];
@@ -94,7 +94,7 @@ static inline __attribute__((always_inline)) void adamw_bf16_body(
 }
 
 /* Nesterov and decay are constants of each of the four loops (an if-converted select would compute both sides) */
-__attribute__((target_clones("avx512f", "avx2", "default")))
+GRADAX_CLONES
 static void adamw_span_bf16(const float* s, float wd, uint16_t* restrict p, const uint16_t* restrict g,
                             float* restrict m, float* restrict v, int64_t lo, int64_t hi) {
     const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f;
@@ -299,7 +299,7 @@ static inline __attribute__((always_inline)) void adamw8_body(
     }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+GRADAX_CLONES
 static void adamw8_blocks(const AdamW8* a, float wd, float* restrict p, const float* restrict g,
                           uint8_t* restrict mc, float* restrict ms, uint8_t* restrict vc, float* restrict vs,
                           int64_t size, int64_t B, int64_t lo, int64_t hi) {
@@ -409,7 +409,7 @@ typedef struct {
     double* partial; /* [parts][n] */
 } SumSq;
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+GRADAX_CLONES
 static double sum_squares_span(const float* restrict x, int64_t lo, int64_t hi) {
     float acc[16] = {0}; /* 16 float32 partial sums (one vector), combined in double */
     int64_t i = lo;
@@ -421,7 +421,7 @@ static double sum_squares_span(const float* restrict x, int64_t lo, int64_t hi) 
     return total;
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+GRADAX_CLONES
 static double sum_squares_span_bf16(const uint16_t* restrict x, int64_t lo, int64_t hi) {
     float acc[16] = {0};
     int64_t i = lo;

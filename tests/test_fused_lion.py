@@ -14,7 +14,7 @@ import pytest
 
 import gradax
 from gradax import _kernels
-from gradax.fused._lion import LION_SCALARS, lion_step
+from gradax._kernels import LION_SCALARS, lion_step
 
 pytestmark = pytest.mark.xdist_group("fused")
 

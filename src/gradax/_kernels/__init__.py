@@ -65,6 +65,9 @@ ADAMW_SCALARS = (
     "nesterov",
 )
 
+# The scalars of one Lion step, in the order of ``enum LionScalar`` in fused_lion.c.
+LION_SCALARS = ("b1", "one_minus_b1", "b2", "one_minus_b2", "weight_decay", "neg_lr")
+
 
 @dataclass(frozen=True)
 class KernelStatus:
@@ -224,6 +227,29 @@ def adamw8_step(
         out_m += [BlockQuantized(c, s) for c, s in zip(out[n : 2 * n], out[2 * n : 3 * n], strict=True)]
         out_v += [BlockQuantized(c, s) for c, s in zip(out[3 * n : 4 * n], out[4 * n :], strict=True)]
     return out_p, out_m, out_v
+
+
+def lion_step(scalars: jax.Array, decay: jax.Array, params: list, grads: list, mu: list) -> tuple[list, list]:
+    """One in-place Lion pass over the leaves: returns the new params and momentum.
+
+    Each leaf's params and grads are float32 or bfloat16 (alike), its momentum float32, or bfloat16 with bfloat16
+    params. ``scalars`` is float32[len(LION_SCALARS)], ``decay`` float32[len(params)] (1 where a leaf is decayed).
+    The results alias the params and momentum (donate them to update in place; otherwise XLA copies them first).
+    """
+    out_p: list = []
+    out_m: list = []
+    for part in _chunks(len(params), LEAVES_PER_CALL):
+        p, g, m = params[part], grads[part], mu[part]
+        n = len(p)
+        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*p, *m)]
+        aliases = {2 + i: i for i in range(n)}
+        aliases.update({2 + 2 * n + i: n + i for i in range(n)})
+        out = jax.ffi.ffi_call("gradax_lion_step", shapes, input_output_aliases=aliases)(
+            scalars, decay[part], *p, *g, *m
+        )
+        out_p += out[:n]
+        out_m += out[n:]
+    return out_p, out_m
 
 
 def sum_squares(leaves: list) -> jax.Array:

@@ -17,12 +17,9 @@ from .._numerics import safe_int32_increment
 from .._quantization import BlockQuantized, Blockwise8bit
 from ..optimizers._adam import AdamScalars, ScaleByAdamState
 from ..optimizers._adam import adamw as _adamw
-from ..transforms._adding import add_decayed_weights
 from ..transforms._clipping import clip_by_global_norm, global_norm_scale
 from ..transforms._combining import chain
-from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
-from ..transforms._scaling import scale_by_learning_rate
-from ._common import FusedGradientTransformation, kernel_applies, reference_step, with_reference
+from ._common import DecayAndRate, FusedGradientTransformation, kernel_applies, reference_step, with_reference
 
 _S = {name: i for i, name in enumerate(_kernels.ADAMW_SCALARS)}
 _DENSE = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
@@ -133,35 +130,25 @@ def adamw(
     )  # fmt: skip
     tx = inner if max_grad_norm is None else chain(clip_by_global_norm(max_grad_norm), inner)
     reference = reference_step(tx.update)
-    # the unmasked parts of adamw's chain: run on scalar probes, they give the step's learning rate and decay rate
-    # and their own next states, so schedules and counters advance exactly as in ``update``
-    lr_tx = scale_by_learning_rate(learning_rate)
-    decay_tx = add_decayed_weights(weight_decay)
+    tail = DecayAndRate("fused.adamw", learning_rate, weight_decay, mask)
 
     def kernel_step(plan: _Plan, params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
-        decay_inner = decay_state if mask is None else decay_state.inner_state
         p_leaves, treedef = jax.tree.flatten(params)
         g_leaves, m_leaves, v_leaves = (treedef.flatten_up_to(t) for t in (grads, adam_state.mu, adam_state.nu))
-        one, zero = jnp.ones([], jnp.float32), jnp.zeros([], jnp.float32)
-        neg_lr, new_lr = lr_tx.update(one, lr_state)  # -lr * 1
-        rate, new_decay = decay_tx.update(zero, decay_inner, one)  # 0 + rate * 1
+        neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, params, treedef)
 
         count_inc = safe_int32_increment(adam_state.count)
         a = AdamScalars.at(b1, b2, eps, eps_root, count_inc, nesterov)
         c1_next = a.hat.next_correction if nesterov else a.hat.correction
-        grad_scale = one
+        grad_scale = jnp.ones([], jnp.float32)
         if max_grad_norm is not None:
             norm = jnp.sqrt(jnp.sum(_kernels.sum_squares(g_leaves)))
             grad_scale = global_norm_scale(norm, as_value(max_grad_norm))
         values = [a.hat.b1, a.hat.one_minus_b1, a.b2, a.one_minus_b2, a.hat.correction, c1_next, a.correction2]
         values += [a.eps, a.eps_root, neg_lr, grad_scale, jnp.asarray(float(nesterov))]
         scalars = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
-        decayed = np.ones(len(p_leaves), np.float32)
-        if mask is not None:
-            resolved = broadcast_prefix(resolve_mask("fused.adamw", mask, params), params)
-            decayed = np.asarray(treedef.flatten_up_to(resolved), np.float32)
-        rates = rate * decayed
+        rates = rate * decayed  # the kernel decays a leaf whose rate is not 0
 
         new_p, new_m, new_v = list(p_leaves), list(m_leaves), list(v_leaves)
         for index, call, extra in (
@@ -178,8 +165,6 @@ def adamw(
                     out[i] = x
 
         new_adam = ScaleByAdamState(count=count_inc, mu=treedef.unflatten(new_m), nu=treedef.unflatten(new_v))
-        if mask is not None:
-            new_decay = MaskedState(inner_state=new_decay)
         new_inner = (new_adam, new_decay, new_lr)
         return treedef.unflatten(new_p), new_inner if max_grad_norm is None else (state[0], new_inner)
 
@@ -187,19 +172,16 @@ def adamw(
         if not kernel_applies():
             return reference(params, state, grads)
         adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
-        decay_inner = decay_state if mask is None else decay_state.inner_state
         p_leaves, treedef = jax.tree.flatten(params)
         try:
             leaves = [treedef.flatten_up_to(t) for t in (grads, adam_state.mu, adam_state.nu)]
         except (ValueError, TypeError):
             return reference(params, state, grads)  # raises the usual, explicit error
         plan = _plan(p_leaves, *leaves)
-        one = jnp.ones([], jnp.float32)
-        probes = [jax.eval_shape(lambda: lr_tx.update(one, lr_state)[0])]  # the kernel takes scalar rates
-        probes.append(jax.eval_shape(lambda: decay_tx.update(one, decay_inner, one)[0]))
+        scalar = tail.scalar(decay_state, lr_state)
         if max_grad_norm is not None:
-            probes.append(jax.eval_shape(lambda: as_value(max_grad_norm)))
-        if not (p_leaves and plan is not None and all(x.shape == () for x in probes)):
+            scalar = scalar and jax.eval_shape(lambda: as_value(max_grad_norm)).shape == ()
+        if not (p_leaves and plan is not None and scalar):
             return reference(params, state, grads)
         return with_reference(functools.partial(kernel_step, plan), reference)(params, state, grads)
 

@@ -8,10 +8,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _kernels
 from .._base import GradientTransformationExtraArgs
 from .._update import apply_updates
+from ..transforms._adding import add_decayed_weights
+from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
+from ..transforms._scaling import scale_by_learning_rate
 
 
 class FusedGradientTransformation(GradientTransformationExtraArgs):
@@ -113,3 +117,44 @@ def with_reference(kernel: Callable, reference: Callable) -> Callable:
         return jax.jvp(reference, primals, tangents)
 
     return step
+
+
+class DecayAndRate:
+    """The end of adamw's and lion's chains, ``add_decayed_weights(weight_decay, mask)`` then
+    ``scale_by_learning_rate(learning_rate)``, as the scalars a kernel takes.
+
+    Both transformations run on float32 scalar probes, so schedules and counters advance by their own code, exactly as
+    in ``update``: ``scale_by_learning_rate`` turns 1 into :math:`-\\eta_t`, ``add_decayed_weights`` turns 0 into
+    :math:`\\lambda_t`. The mask becomes one 0/1 flag per leaf.
+    """
+
+    def __init__(self, api: str, learning_rate: Any, weight_decay: Any, mask: Any):
+        self.api, self.mask = api, mask
+        self.lr_tx = scale_by_learning_rate(learning_rate)
+        self.decay_tx = add_decayed_weights(weight_decay)
+
+    def _decay_inner(self, decay_state: Any) -> Any:
+        return decay_state if self.mask is None else decay_state.inner_state
+
+    def scalar(self, decay_state: Any, lr_state: Any) -> bool:
+        """Whether the learning rate and the decay rate of this step are scalars (what the kernels take)."""
+        one = jnp.ones([], jnp.float32)
+        inner = self._decay_inner(decay_state)
+        probes = [jax.eval_shape(lambda: self.lr_tx.update(one, lr_state)[0])]
+        probes.append(jax.eval_shape(lambda: self.decay_tx.update(one, inner, one)[0]))
+        return all(x.shape == () for x in probes)
+
+    def at(self, decay_state: Any, lr_state: Any, params: Any, treedef: Any) -> tuple:
+        """``(neg_lr, rate, decayed, new_decay_state, new_lr_state)``: :math:`-\\eta_t`, :math:`\\lambda_t` (float32
+        scalars), ``decayed`` a float32 NumPy 0/1 flag per leaf of ``treedef`` (0 where the mask leaves a leaf alone,
+        and everywhere when ``add_decayed_weights`` skips a weight decay of the number 0), and the next states."""
+        one, zero = jnp.ones([], jnp.float32), jnp.zeros([], jnp.float32)
+        neg_lr, new_lr = self.lr_tx.update(one, lr_state)
+        rate, new_decay = self.decay_tx.update(zero, self._decay_inner(decay_state), one)
+        # add_decayed_weights hands back the very updates it was given when it skips (a weight decay of 0)
+        decayed = np.full(treedef.num_leaves, float(rate is not zero), np.float32)
+        if self.mask is not None:
+            resolved = broadcast_prefix(resolve_mask(self.api, self.mask, params), params)
+            decayed = decayed * np.asarray(treedef.flatten_up_to(resolved), np.float32)
+            new_decay = MaskedState(inner_state=new_decay)
+        return neg_lr, rate, decayed, new_decay, new_lr

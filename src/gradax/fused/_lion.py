@@ -6,7 +6,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from .. import _kernels
@@ -16,13 +15,7 @@ from .._quantization import Blockwise8bit
 from ..optimizers._lion import ScaleByLionState
 from ..optimizers._lion import lion as _lion
 from ..optimizers._moments import hyper_values
-from ..transforms._adding import add_decayed_weights
-from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
-from ..transforms._scaling import scale_by_learning_rate
-from ._common import FusedGradientTransformation, kernel_applies, reference_step, with_reference
-
-# The scalars of one Lion step, in the order of ``enum LionScalar`` in fused_lion.c.
-LION_SCALARS = ("b1", "one_minus_b1", "b2", "one_minus_b2", "weight_decay", "neg_lr")
+from ._common import DecayAndRate, FusedGradientTransformation, kernel_applies, reference_step, with_reference
 
 # (params and grads dtype, momentum dtype) of the leaves the kernel takes
 _KINDS = {
@@ -30,29 +23,6 @@ _KINDS = {
     (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)),  # lion's default momentum for bfloat16 params
     (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.bfloat16)),
 }
-
-
-def lion_step(scalars: jax.Array, decay: jax.Array, params: list, grads: list, mu: list) -> tuple[list, list]:
-    """One in-place Lion pass over the leaves: returns the new params and momentum.
-
-    Each leaf's params and grads are float32 or bfloat16 (alike), its momentum float32, or bfloat16 with bfloat16
-    params. ``scalars`` is float32[len(LION_SCALARS)], ``decay`` float32[len(params)] (1 where a leaf is decayed).
-    The results alias the params and momentum (donate them to update in place; otherwise XLA copies them first).
-    """
-    out_p: list = []
-    out_m: list = []
-    for part in _kernels._chunks(len(params), _kernels.LEAVES_PER_CALL):
-        p, g, m = params[part], grads[part], mu[part]
-        n = len(p)
-        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*p, *m)]
-        aliases = {2 + i: i for i in range(n)}
-        aliases.update({2 + 2 * n + i: n + i for i in range(n)})
-        out = jax.ffi.ffi_call("gradax_lion_step", shapes, input_output_aliases=aliases)(
-            scalars, decay[part], *p, *g, *m
-        )
-        out_p += out[:n]
-        out_m += out[n:]
-    return out_p, out_m
 
 
 def _covered(params: list, grads: list, mu: list) -> bool:
@@ -123,48 +93,31 @@ def lion(
     """
     tx = _lion(learning_rate, b1, b2, mu_dtype, weight_decay, mask, moments=moments)
     reference = reference_step(tx.update)
-    # the unmasked parts of lion's chain: run on scalar probes, they give the step's learning rate and decay rate
-    # and their own next states, so schedules and counters advance exactly as in ``update``
-    lr_tx = scale_by_learning_rate(learning_rate)
-    decay_tx = add_decayed_weights(weight_decay)
+    tail = DecayAndRate("fused.lion", learning_rate, weight_decay, mask)
 
     def kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         lion_state, decay_state, lr_state = state
-        decay_inner = decay_state if mask is None else decay_state.inner_state
         p_leaves, treedef = jax.tree.flatten(params)
         g_leaves, m_leaves = (treedef.flatten_up_to(t) for t in (grads, lion_state.mu))
-        one, zero = jnp.ones([], jnp.float32), jnp.zeros([], jnp.float32)
-        neg_lr, new_lr = lr_tx.update(one, lr_state)  # -lr * 1
-        rate, new_decay = decay_tx.update(zero, decay_inner, one)  # 0 + rate * 1
+        neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, params, treedef)
         beta1, beta2 = hyper_values(b1, b2)
         values = [beta1, 1 - beta1, beta2, 1 - beta2, rate, neg_lr]
         scalars = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
-        # add_decayed_weights hands back the very updates it was given when it skips (a weight decay of 0)
-        decayed = np.full(len(p_leaves), float(rate is not zero), np.float32)
-        if mask is not None:
-            resolved = broadcast_prefix(resolve_mask("fused.lion", mask, params), params)
-            decayed = decayed * np.asarray(treedef.flatten_up_to(resolved), np.float32)
-        new_p, new_m = lion_step(scalars, jnp.asarray(decayed), p_leaves, g_leaves, m_leaves)
+        new_p, new_m = _kernels.lion_step(scalars, jnp.asarray(decayed), p_leaves, g_leaves, m_leaves)
 
         new_lion = ScaleByLionState(count=safe_int32_increment(lion_state.count), mu=treedef.unflatten(new_m))
-        if mask is not None:
-            new_decay = MaskedState(inner_state=new_decay)
         return treedef.unflatten(new_p), (new_lion, new_decay, new_lr)
 
     def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         if moments is not None or not kernel_applies():
             return reference(params, state, grads)
         lion_state, decay_state, lr_state = state
-        decay_inner = decay_state if mask is None else decay_state.inner_state
         p_leaves, treedef = jax.tree.flatten(params)
         try:
             leaves = [treedef.flatten_up_to(t) for t in (grads, lion_state.mu)]
         except (ValueError, TypeError):
             return reference(params, state, grads)  # raises the usual, explicit error
-        one = jnp.ones([], jnp.float32)
-        probes = [jax.eval_shape(lambda: lr_tx.update(one, lr_state)[0])]  # the kernel takes scalar rates
-        probes.append(jax.eval_shape(lambda: decay_tx.update(one, decay_inner, one)[0]))
-        if not (p_leaves and _covered(p_leaves, *leaves) and all(x.shape == () for x in probes)):
+        if not (p_leaves and _covered(p_leaves, *leaves) and tail.scalar(decay_state, lr_state)):
             return reference(params, state, grads)
         return with_reference(kernel_step, reference)(params, state, grads)
 

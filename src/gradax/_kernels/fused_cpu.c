@@ -72,14 +72,15 @@ static void adamw_span(const float* s, float wd, float* restrict p, const float*
  * float32. A clipped gradient is rounded to bfloat16 too (clip_by_global_norm returns the grads' dtype). */
 static inline __attribute__((always_inline)) void adamw_bf16_body(
     const float* s, float wd, uint16_t* restrict p, const uint16_t* restrict g, float* restrict m,
-    float* restrict v, int64_t lo, int64_t hi, const int nesterov, const int decay) {
+    float* restrict v, int64_t lo, int64_t hi, const int nesterov, const int decay, const int clip) {
     const float b1 = s[S_B1], omb1 = s[S_ONE_MINUS_B1], b2 = s[S_B2], omb2 = s[S_ONE_MINUS_B2];
     /* this loop is bound by arithmetic, not memory: it multiplies by the reciprocals of the bias corrections
      * instead of dividing by them (within an ulp of update + apply; the float32 loop divides, as XLA does) */
     const float ic1 = 1.0f / s[S_C1], ic1n = 1.0f / s[S_C1_NEXT], ic2 = 1.0f / s[S_C2];
     const float eps = s[S_EPS], eps_root = s[S_EPS_ROOT], neg_lr = s[S_NEG_LR], scale = s[S_GRAD_SCALE];
     for (int64_t i = lo; i < hi; ++i) {
-        float gi = round_bf16(bf16_to_f32(g[i]) * scale); /* exact when not clipping (scale 1) */
+        float gi = bf16_to_f32(g[i]);
+        if (clip) gi = round_bf16(gi * scale); /* clip_by_global_norm hands on bfloat16 grads */
         float mi = omb1 * gi + b1 * m[i];
         float vi = omb2 * (gi * gi) + b2 * v[i];
         float mhat = nesterov ? b1 * (mi * ic1n) + omb1 * (gi * ic1) : mi * ic1;
@@ -93,15 +94,24 @@ static inline __attribute__((always_inline)) void adamw_bf16_body(
     }
 }
 
-/* Nesterov and decay are constants of each of the four loops (an if-converted select would compute both sides) */
+/* Nesterov, decay and clipping are constants of each loop (an if-converted select would compute both sides) */
 GRADAX_CLONES
 static void adamw_span_bf16(const float* s, float wd, uint16_t* restrict p, const uint16_t* restrict g,
                             float* restrict m, float* restrict v, int64_t lo, int64_t hi) {
-    const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f;
-    if (nesterov && decay) adamw_bf16_body(s, wd, p, g, m, v, lo, hi, 1, 1);
-    else if (nesterov) adamw_bf16_body(s, wd, p, g, m, v, lo, hi, 1, 0);
-    else if (decay) adamw_bf16_body(s, wd, p, g, m, v, lo, hi, 0, 1);
-    else adamw_bf16_body(s, wd, p, g, m, v, lo, hi, 0, 0);
+    const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f, clip = s[S_GRAD_SCALE] != 1.0f;
+#define ADAMW_BF16_BODY(N, D, C) adamw_bf16_body(s, wd, p, g, m, v, lo, hi, N, D, C)
+    if (clip) {
+        if (nesterov && decay) ADAMW_BF16_BODY(1, 1, 1);
+        else if (nesterov) ADAMW_BF16_BODY(1, 0, 1);
+        else if (decay) ADAMW_BF16_BODY(0, 1, 1);
+        else ADAMW_BF16_BODY(0, 0, 1);
+    } else {
+        if (nesterov && decay) ADAMW_BF16_BODY(1, 1, 0);
+        else if (nesterov) ADAMW_BF16_BODY(1, 0, 0);
+        else if (decay) ADAMW_BF16_BODY(0, 1, 0);
+        else ADAMW_BF16_BODY(0, 0, 0);
+    }
+#undef ADAMW_BF16_BODY
 }
 
 static void adamw_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {

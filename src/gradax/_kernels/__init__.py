@@ -205,7 +205,8 @@ def adamw8_step(
     """One in-place AdamW pass over float32 leaves whose moments are ``gradax.BlockQuantized`` (8-bit codes and
     block scales): returns the new params, first and second moments (``BlockQuantized``).
 
-    ``seeds`` is int32[2], the stochastic-rounding seeds of the first and second moment. The results alias the
+    ``seeds`` is int32[1], the stochastic-rounding seed (one hash per element for both moments, as
+    ``gradax._quantization.dither_pair``). The results alias the
     params, codes and scales.
     """
     out_p: list = []

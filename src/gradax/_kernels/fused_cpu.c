@@ -239,7 +239,7 @@ static inline AdamConsts adam_consts(const float* s) {
  * scale_by_adam; the codes agree but where a moment lands on a rounding boundary). */
 static inline __attribute__((always_inline)) float q8_element(
     const AdamConsts* k, float gi, uint8_t* mc, uint8_t* vc, float ms, float vs, float im, float iv, uint32_t index,
-    uint32_t seed_m, uint32_t seed_v, const int nesterov, const int eps_root) {
+    uint32_t seed, const int nesterov, const int eps_root) {
     int32_t mcode = *mc, vcode = *vc;
     float magnitude = decode_magnitude(mcode & 0x7F, SIGNED_SHIFT, SIGNED_OFFSET);
     float m_old = bits_f32(f32_bits(magnitude) | ((uint32_t)(mcode >> 7) << 31)) * ms;
@@ -250,18 +250,18 @@ static inline __attribute__((always_inline)) float q8_element(
     float mhat = nesterov ? k->b1 * (mi * k->c1n) + k->omb1 * (gi * k->c1) : mi * k->c1;
     float root_v = sqrtf(vi);
     float u = mhat / ((eps_root ? sqrtf(vi * k->c2 + k->eps_root) : root_v * k->isc2) + k->eps);
+    /* dither_pair: one hash, and the same with its halves swapped for the second moment */
+    const uint32_t noise = dither(index, seed), swapped = (noise << 16) | (noise >> 16);
     uint32_t ybits = f32_bits(mi * im);
-    int32_t mag = encode_magnitude(ybits & 0x7FFFFFFFu, dither(index, seed_m), SIGNED_SHIFT, SIGNED_OFFSET,
-                                   SIGNED_TOP);
+    int32_t mag = encode_magnitude(ybits & 0x7FFFFFFFu, noise, SIGNED_SHIFT, SIGNED_OFFSET, SIGNED_TOP);
     *mc = (uint8_t)(((ybits >> 31) << 7) | (uint32_t)mag);
-    *vc = (uint8_t)encode_magnitude(f32_bits(root_v * iv), dither(index, seed_v), ROOT_SHIFT, ROOT_OFFSET,
-                                    ROOT_TOP);
+    *vc = (uint8_t)encode_magnitude(f32_bits(root_v * iv), swapped, ROOT_SHIFT, ROOT_OFFSET, ROOT_TOP);
     return u;
 }
 
 typedef struct {
     float s[NS];
-    uint32_t seed_m, seed_v;
+    uint32_t seed;
     float* wd;
     int64_t* size;  /* elements of leaf i */
     int64_t* block; /* block size of leaf i */
@@ -296,14 +296,14 @@ static inline __attribute__((always_inline)) void adamw8_body(
         const float* restrict gb = g + e0;
         for (int64_t j = 0; j < valid; ++j) {
             float u = q8_element(&k, gb[j] * k.scale, mcb + j, vcb + j, ms_old, vs_old, im, iv,
-                                 base + (uint32_t)j, a->seed_m, a->seed_v, nesterov, eps_root);
+                                 base + (uint32_t)j, a->seed, nesterov, eps_root);
             float pi = pb[j];
             if (decay) u = u + wd * pi;
             pb[j] = pi + u * k.neg_lr;
         }
         for (int64_t j = valid; j < B; ++j) /* the padding: a zero gradient, no parameter */
-            (void)q8_element(&k, 0.0f, mcb + j, vcb + j, ms_old, vs_old, im, iv, base + (uint32_t)j, a->seed_m,
-                             a->seed_v, nesterov, eps_root);
+            (void)q8_element(&k, 0.0f, mcb + j, vcb + j, ms_old, vs_old, im, iv, base + (uint32_t)j, a->seed,
+                             nesterov, eps_root);
         ms[b] = ms_new;
         vs[b] = vs_new;
     }
@@ -336,8 +336,8 @@ static void adamw8_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi)
                   a->size[leaf], a->block[leaf], lo, hi);
 }
 
-/* gradax_adamw8_step operands: args[0] float32[NS] scalars, args[1] float32[n] weight decays, args[2] int32[2] the
- * dither seeds of the first and second moment; then per leaf i: args[3+i] params, args[3+n+i] grads (float32),
+/* gradax_adamw8_step operands: args[0] float32[NS] scalars, args[1] float32[n] weight decays, args[2] int32[1] the
+ * dither seed (one hash per element serves both moments, as dither_pair); then per leaf i: args[3+i] params, args[3+n+i] grads (float32),
  * args[3+2n+i] first-moment codes uint8[blocks, B], args[3+3n+i] their scales float32[blocks], args[3+4n+i] and
  * args[3+5n+i] the second moment's. Results (aliased): params, first codes, first scales, second codes, second
  * scales, n of each. */
@@ -354,7 +354,7 @@ XLA_FFI_Error* gradax_adamw8_step(XLA_FFI_CallFrame* frame) {
     void** rets = frame->rets.rets;
     if (dtype_of(args[0]) != XLA_FFI_DataType_F32 || num_elements((XLA_FFI_Buffer*)args[0]) != NS ||
         dtype_of(args[1]) != XLA_FFI_DataType_F32 || num_elements((XLA_FFI_Buffer*)args[1]) != n ||
-        dtype_of(args[2]) != XLA_FFI_DataType_S32 || num_elements((XLA_FFI_Buffer*)args[2]) != 2)
+        dtype_of(args[2]) != XLA_FFI_DataType_S32 || num_elements((XLA_FFI_Buffer*)args[2]) != 1)
         return make_error(frame, "gradax_adamw8_step: wrong scalars, weight decays or seeds");
     size_t slots = (size_t)(n > 0 ? n : 1);
     Job* job = new_job(n, sizeof(AdamW8) + slots * (6 * sizeof(void*) + 2 * sizeof(int64_t) + sizeof(float)));
@@ -372,9 +372,7 @@ XLA_FFI_Error* gradax_adamw8_step(XLA_FFI_CallFrame* frame) {
     a->wd = (float*)cursor;
     memcpy(a->s, data_of(args[0]), sizeof(a->s));
     memcpy(a->wd, data_of(args[1]), (size_t)n * sizeof(float));
-    const int32_t* seeds = (const int32_t*)((XLA_FFI_Buffer*)args[2])->data;
-    a->seed_m = (uint32_t)seeds[0];
-    a->seed_v = (uint32_t)seeds[1];
+    a->seed = (uint32_t)((const int32_t*)((XLA_FFI_Buffer*)args[2])->data)[0];
     job->offset[0] = 0;
     int64_t elements = 0;
     for (int64_t i = 0; i < n; ++i) {

@@ -153,8 +153,8 @@ def adamw(
         new_p, new_m, new_v = list(p_leaves), list(m_leaves), list(v_leaves)
         for index, call, extra in (
             (plan.dense, _kernels.adamw_step, ()),
-            # scale_by_adam's dither seeds for the first and second moment
-            (plan.quantized, _kernels.adamw8_step, (jnp.stack([2 * count_inc, 2 * count_inc + 1]),)),
+            # scale_by_adam's dither seed (dither_pair: one hash for both moments)
+            (plan.quantized, _kernels.adamw8_step, (jnp.reshape(2 * count_inc, (1,)),)),
         ):
             if not index:
                 continue

@@ -18,6 +18,7 @@ from .._quantization import (
     blocks,
     decode_root_blocks,
     decode_signed_blocks,
+    dither_pair,
     encode_root_blocks,
     encode_signed_blocks,
     quantized_zeros,
@@ -176,10 +177,11 @@ def scale_by_adam(
             u = hat(g_blocks, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e)
             m_scale = (hat.b1 * m.scale + hat.one_minus_b1 * g_max).astype(jnp.float32)
             v_scale = jnp.sqrt(beta2 * v.scale * v.scale + one_minus_b2 * g_max * g_max).astype(jnp.float32)
+            noise_m, noise_v = dither_pair(g_blocks.shape, 2 * count_inc)  # one hash for both roundings
             return (
                 unblock(u, jnp.shape(gc)),
-                BlockQuantized(encode_signed_blocks(m_new, m_scale, 2 * count_inc), m_scale),
-                BlockQuantized(encode_root_blocks(jnp.sqrt(v_new), v_scale, 2 * count_inc + 1), v_scale),
+                BlockQuantized(encode_signed_blocks(m_new, m_scale, noise=noise_m), m_scale),
+                BlockQuantized(encode_root_blocks(jnp.sqrt(v_new), v_scale, noise=noise_v), v_scale),
             )
 
         return leaf if storage is None else quantized_leaf

@@ -81,14 +81,6 @@ static inline int is_buffer(const XLA_FFI_CallFrame* frame, int64_t i) {
     return frame->args.types[i] == XLA_FFI_ArgType_BUFFER;
 }
 
-static inline int all_float32_buffers(const XLA_FFI_CallFrame* frame) {
-    for (int64_t i = 0; i < frame->args.size; ++i) {
-        if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER) return 0;
-        if (((XLA_FFI_Buffer*)frame->args.args[i])->dtype != XLA_FFI_DataType_F32) return 0;
-    }
-    return 1;
-}
-
 /* ---------------------------------------------------------------------------------------------------------- */
 /* A job: parts of the leaves laid end to end, claimed by the caller and by tasks on XLA's thread pool. The job
  * (one allocation holding everything its parts read) is freed by the last of its holders, so a task the pool

@@ -1,15 +1,18 @@
-/* Single-pass CPU kernels for gradax.fused, called from XLA through its FFI (C API, xla/ffi/api/c_api.h).
+/* Single-pass CPU AdamW kernels for gradax.fused, called from XLA through its FFI (C API, xla/ffi/api/c_api.h).
  *
- * gradax_adamw_step: one pass over every float32 leaf of the tree reads p, g, m, v and writes p, m, v in place
- * (28 bytes per parameter), where XLA:CPU's one-kernel-per-output fusions move 40. Operands:
+ * gradax_adamw_step: one pass over every leaf of the tree reads p, g, m, v and writes p, m, v in place: 28 bytes per
+ * parameter for float32 params and grads (XLA:CPU's one-kernel-per-output fusions move 40), 22 for bfloat16 params
+ * and grads (the moments are float32). Operands:
  *   args[0]        float32[NS] step scalars (see enum Scalar)
  *   args[1]        float32[n] weight decay per leaf (0 where the mask leaves a leaf undecayed)
- *   args[2+i]      params leaf i,     args[2+n+i] grads leaf i,
- *   args[2+2n+i]   first moment i,    args[2+3n+i] second moment i
+ *   args[2+i]      params leaf i,     args[2+n+i] grads leaf i (float32 or bfloat16, alike),
+ *   args[2+2n+i]   first moment i,    args[2+3n+i] second moment i (float32)
  *   rets[i]        new params i, rets[n+i] new first moment i, rets[2n+i] new second moment i
  * The results alias the params and moments operands (input_output_aliases), so the update is in place.
  *
- * gradax_sum_squares: args[i] float32 leaves; rets[0] float32[n], the sum of squares of each leaf.
+ * gradax_adamw8_step: the same step with block-wise 8-bit moments (see its operands below): 16 bytes per parameter.
+ *
+ * gradax_sum_squares: args[i] float32 or bfloat16 leaves; rets[0] float32[n], the sum of squares of each leaf.
  *
  * The job that splits the work over XLA's thread pool is in fused_common.h.
  */
@@ -220,11 +223,11 @@ static inline float decode_magnitude(int32_t code, int shift, int32_t offset) {
 static inline float safe_inverse(float s) { return s > 0.0f ? 1.0f / s : 0.0f; }
 
 typedef struct {
-    float b1, omb1, b2, omb2, c1, c1n, c2, isc2, eps, eps_root, neg_lr, scale;
+    float b1, omb1, b2, omb2, ic1, ic1n, ic2, isc2, eps, eps_root, neg_lr, scale; /* ic*: reciprocals */
     int nesterov;
 } AdamConsts;
 
-/* c1, c1n, c2 and isc2 are reciprocals: 1/c1, 1/c1n, 1/c2 and 1/sqrt(c2) (see q8_element) */
+/* ic1, ic1n, ic2 and isc2: 1/c1, 1/c1n, 1/c2 and 1/sqrt(c2) (see q8_element) */
 static inline AdamConsts adam_consts(const float* s) {
     AdamConsts k = {s[S_B1], s[S_ONE_MINUS_B1], s[S_B2], s[S_ONE_MINUS_B2], 1.0f / s[S_C1], 1.0f / s[S_C1_NEXT],
                     1.0f / s[S_C2], 1.0f / sqrtf(s[S_C2]), s[S_EPS], s[S_EPS_ROOT], s[S_NEG_LR],
@@ -247,9 +250,9 @@ static inline __attribute__((always_inline)) float q8_element(
     float v_old = root * root;
     float mi = k->omb1 * gi + k->b1 * m_old;
     float vi = k->omb2 * (gi * gi) + k->b2 * v_old;
-    float mhat = nesterov ? k->b1 * (mi * k->c1n) + k->omb1 * (gi * k->c1) : mi * k->c1;
+    float mhat = nesterov ? k->b1 * (mi * k->ic1n) + k->omb1 * (gi * k->ic1) : mi * k->ic1;
     float root_v = sqrtf(vi);
-    float u = mhat / ((eps_root ? sqrtf(vi * k->c2 + k->eps_root) : root_v * k->isc2) + k->eps);
+    float u = mhat / ((eps_root ? sqrtf(vi * k->ic2 + k->eps_root) : root_v * k->isc2) + k->eps);
     /* dither_pair: one hash, and the same with its halves swapped for the second moment */
     const uint32_t noise = dither(index, seed), swapped = (noise << 16) | (noise >> 16);
     uint32_t ybits = f32_bits(mi * im);

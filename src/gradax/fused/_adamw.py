@@ -21,7 +21,6 @@ from ..transforms._clipping import clip_by_global_norm, global_norm_scale
 from ..transforms._combining import chain
 from ._common import DecayAndRate, FusedGradientTransformation, kernel_applies, reference_step, with_reference
 
-_S = {name: i for i, name in enumerate(_kernels.ADAMW_SCALARS)}
 _DENSE = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 
 
@@ -140,14 +139,15 @@ def adamw(
 
         count_inc = safe_int32_increment(adam_state.count)
         a = AdamScalars.at(b1, b2, eps, eps_root, count_inc, nesterov)
-        c1_next = a.hat.next_correction if nesterov else a.hat.correction
         grad_scale = jnp.ones([], jnp.float32)
         if max_grad_norm is not None:
             norm = jnp.sqrt(jnp.sum(_kernels.sum_squares(g_leaves)))
             grad_scale = global_norm_scale(norm, as_value(max_grad_norm))
-        values = [a.hat.b1, a.hat.one_minus_b1, a.b2, a.one_minus_b2, a.hat.correction, c1_next, a.correction2]
-        values += [a.eps, a.eps_root, neg_lr, grad_scale, jnp.asarray(float(nesterov))]
-        scalars = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
+        named = dict(b1=a.hat.b1, one_minus_b1=a.hat.one_minus_b1, b2=a.b2, one_minus_b2=a.one_minus_b2)
+        named.update(c1=a.hat.correction, c1_next=a.hat.next_correction if nesterov else a.hat.correction)
+        named.update(c2=a.correction2, eps=a.eps, eps_root=a.eps_root, neg_lr=neg_lr, grad_scale=grad_scale)
+        named.update(nesterov=float(nesterov))
+        scalars = jnp.stack([jnp.asarray(named[k], jnp.float32) for k in _kernels.ADAMW_SCALARS])
         rates = rate * decayed  # the kernel decays a leaf whose rate is not 0
 
         new_p, new_m, new_v = list(p_leaves), list(m_leaves), list(v_leaves)

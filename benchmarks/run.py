@@ -290,6 +290,7 @@ def build_workloads(size: str) -> list[Workload]:
             "adafactor",
             gpt,
             lambda o: o.adafactor(1e-2),
+            extra={FUSED: lambda o: o.fused.adafactor(1e-2)},
             torch_step=_torch_adamw("adafactor") if torch is not None and hasattr(torch.optim, "Adafactor") else None,
             notes=["torch.optim.Adafactor defaults differ (no update clipping/momentum): indicative only"],
         ),

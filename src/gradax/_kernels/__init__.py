@@ -263,3 +263,44 @@ def sum_squares(leaves: list) -> jax.Array:
         for part in _chunks(len(leaves), 4 * LEAVES_PER_CALL)
     ]
     return jnp.concatenate(parts) if parts else jnp.zeros([0], jnp.float32)
+
+
+def row_col_sum_squares(mats: list) -> tuple[list, list]:
+    """Per float32 matrix ``[R, C]``: the sums over each row of its squares (float32[R]) and over each column
+    (float32[C]), accumulated in float64, in one pass."""
+    rows: list = []
+    cols: list = []
+    for part in _chunks(len(mats), LEAVES_PER_CALL):
+        m = mats[part]
+        shapes = [jax.ShapeDtypeStruct((x.shape[0],), jnp.float32) for x in m]
+        shapes += [jax.ShapeDtypeStruct((x.shape[1],), jnp.float32) for x in m]
+        out = jax.ffi.ffi_call("gradax_row_col_sum_squares", shapes)(*m)
+        rows += out[: len(m)]
+        cols += out[len(m) :]
+    return rows, cols
+
+
+def weighted_sum_squares(mats: list, a: list, b: list) -> jax.Array:
+    """float32[len(mats)]: :math:`\\sum_{ij} (g_{ij} a_i b_j)^2` per float32 matrix ``g`` with its row weights ``a``
+    and column weights ``b``, in one pass."""
+    parts = [
+        jax.ffi.ffi_call("gradax_weighted_sum_squares", jax.ShapeDtypeStruct((part.stop - part.start,), jnp.float32))(
+            *mats[part], *a[part], *b[part]
+        )
+        for part in _chunks(len(mats), LEAVES_PER_CALL)
+    ]
+    return jnp.concatenate(parts) if parts else jnp.zeros([0], jnp.float32)
+
+
+def factored_apply(scalars: jax.Array, b_first: jax.Array, params: list, grads: list, a: list, b: list) -> list:
+    """In place per float32 matrix: :math:`p \\leftarrow p - (((g x) y / d)\\, \\eta)\\, s` with per-leaf ``(d, \\eta,
+    s)`` in ``scalars`` (float32[3n]) and ``(x, y) = (b_j, a_i)`` where ``b_first`` is 1, else ``(a_i, b_j)``."""
+    out: list = []
+    for part in _chunks(len(params), LEAVES_PER_CALL):
+        p = params[part]
+        n = len(p)
+        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in p]
+        out += jax.ffi.ffi_call("gradax_factored_apply", shapes, input_output_aliases={2 + i: i for i in range(n)})(
+            scalars[3 * part.start : 3 * part.stop], b_first[part], *p, *grads[part], *a[part], *b[part]
+        )
+    return out

@@ -18,6 +18,7 @@ results.
 """
 
 from ._common import FusedGradientTransformation as FusedGradientTransformation
+from ._adafactor import adafactor as adafactor
 from ._adamw import adamw as adamw
 from ._lion import lion as lion
 from ._common import kernel_status as kernel_status

@@ -49,3 +49,19 @@ ENTRIES += [
         inject=False,
     ),
 ]
+
+
+def _fused_adafactor(**kwargs):
+    """gradax.fused.adafactor; its oracle is optax.adafactor (same init and update)."""
+    return lambda ox: gradax.fused.adafactor(**kwargs) if ox is gradax else ox.adafactor(**kwargs)
+
+
+ENTRIES += [
+    Entry("fused.adafactor", make=_fused_adafactor(learning_rate=1e-2), needs_params=True, inject=False),
+    Entry(
+        "fused.adafactor",
+        make=_fused_adafactor(min_dim_size_to_factor=2, clipping_threshold=None, multiply_by_parameter_scale=False),
+        needs_params=True,
+        inject=False,
+    ),
+]

@@ -1,0 +1,197 @@
+"""gradax.fused.adafactor: Adafactor whose ``step`` takes three passes over each factored matrix on the CPU."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from .. import _kernels
+from .._base import MaskOrFn, Params, ScalarOrSchedule, Updates
+from .._hyperparams import as_value
+from .._numerics import _safe_sqrt
+from .._update import apply_updates
+from ..optimizers._adafactor import FactoredState, _decay_rate_pow, factored_dims
+from ..optimizers._adafactor import adafactor as _adafactor
+from ..transforms._scaling import scale_by_learning_rate
+from ._common import FusedGradientTransformation, kernel_applies, reference_step, with_reference
+
+_MIN_PARAM_SCALE = 1e-3  # scale_by_param_block_rms's default, as adafactor uses it
+
+
+def adafactor(
+    learning_rate: ScalarOrSchedule | None = None,
+    min_dim_size_to_factor: int = 128,
+    decay_rate: ArrayLike = 0.8,
+    decay_offset: ArrayLike = 0,
+    multiply_by_parameter_scale: bool = True,
+    clipping_threshold: ArrayLike | None = 1.0,
+    momentum: ArrayLike | None = None,
+    dtype_momentum: Any = jnp.float32,
+    weight_decay_rate: ScalarOrSchedule | None = None,
+    eps: ArrayLike = 1e-30,
+    factored: bool = True,
+    weight_decay_mask: MaskOrFn = None,
+) -> FusedGradientTransformation:
+    r"""Adafactor with a ``step`` that updates each factored float32 matrix in three passes on the CPU.
+
+    .. math::
+      R_t = \hat\beta_t R_{t-1} + (1-\hat\beta_t)\,\mathrm{mean}_{\text{largest axis}}(g^2 + \epsilon), \quad
+      C_t = \hat\beta_t C_{t-1} + (1-\hat\beta_t)\,\mathrm{mean}_{\text{second axis}}(g^2 + \epsilon), \\
+      u = \frac{g}{\sqrt{R_t C_t / \mathrm{mean}(R_t)}}, \quad
+      \theta \leftarrow \theta - \eta_t \max(\mathrm{RMS}(\theta), 10^{-3})\, \frac{u}{\max(1, \mathrm{RMS}(u)/d)}.
+
+    ``init`` and ``update`` are those of ``gradax.adafactor(...)``: same state, same updates.
+    ``step(params, state, grads)`` returns ``(new_params, new_state)`` (arguments in the order of the results:
+    donate them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend, each float32 matrix whose
+    second moment is factored takes three passes over its gradient (the row and column sums of squares in one, the
+    squared norm of the update for the clipping, then the update in place) where XLA takes five; the row and column
+    statistics are computed in jnp between them, and every other leaf goes through ``update`` itself. The results
+    match ``update`` + ``apply_updates`` to float32 rounding (the sums are accumulated in float64). With
+    ``momentum`` or ``weight_decay_rate``, on GPU, under a GSPMD-sharded ``jit``, under ``jax_enable_x64`` or
+    without a C compiler ``step`` is ``update`` followed by ``apply_updates``, and so are ``vmap`` and autodiff.
+
+    Args:
+      learning_rate: :math:`\eta`, a number, an array or a schedule; None skips it (relative steps only).
+      min_dim_size_to_factor: factor a leaf only when its second-largest axis has at least this many entries.
+      decay_rate: exponent of the second-moment decay :math:`1 - t^{-\text{decay\_rate}}` (> 0).
+      decay_offset: step offset of that decay (for fine-tuning).
+      multiply_by_parameter_scale: scale each leaf's update by the RMS of its parameters (at least 1e-3).
+      clipping_threshold: :math:`d > 0`, clip each leaf's update RMS to it; None disables clipping.
+      momentum: :math:`\beta_1 \in [0, 1)` for a moving average of the updates, or None.
+      dtype_momentum: dtype of the momentum.
+      weight_decay_rate: :math:`\lambda \ge 0`, a number, an array or a schedule, or None.
+      eps: :math:`\epsilon \ge 0`, added to the squared gradients.
+      factored: use factored second moments for leaves of rank >= 2.
+      weight_decay_mask: which parameters get weight decay (pytree of booleans, prefix or function); None: all.
+
+    Returns:
+      A :class:`FusedGradientTransformation`: ``init``, ``update`` and ``step``.
+
+    Example:
+      >>> import gradax, jax, jax.numpy as jnp
+      >>> params = {"w": jnp.ones((256, 128))}
+      >>> opt = gradax.fused.adafactor(learning_rate=0.1)
+      >>> step = jax.jit(opt.step, donate_argnums=(0, 1))
+      >>> params, state = step(params, opt.init(params), {"w": jnp.full((256, 128), 0.5)})
+      >>> params["w"][0, :2]
+      Array([0.9, 0.9], dtype=float32)
+
+    References:
+      Shazeer and Stern, 2018, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost".
+    """
+    tx = _adafactor(
+        learning_rate, min_dim_size_to_factor, decay_rate, decay_offset, multiply_by_parameter_scale,
+        clipping_threshold, momentum, dtype_momentum, weight_decay_rate, eps, factored, weight_decay_mask,
+    )  # fmt: skip
+    reference = reference_step(tx.update)
+    lr_tx = None if learning_rate is None else scale_by_learning_rate(learning_rate, flip_sign=False)
+    # the chain's states: factored RMS, (clipping,) (learning rate,) ...: where the learning rate's state sits
+    lr_index = 1 + (clipping_threshold is not None)
+
+    def dims_of(p) -> tuple[int, int] | None:
+        return factored_dims(tuple(jnp.shape(p)), factored, min_dim_size_to_factor)
+
+    def kernel_leaves(p_leaves, g_leaves, rows, cols) -> list[int]:
+        """The float32 matrices with factored statistics of the expected shapes: the kernels take these."""
+        picked = []
+        for i, (p, g, r, c) in enumerate(zip(p_leaves, g_leaves, rows, cols, strict=True)):
+            dims = dims_of(p) if jnp.ndim(p) == 2 else None
+            if dims is None or getattr(g, "dtype", None) != jnp.float32 or p.dtype != jnp.float32:
+                continue
+            d1, d0 = dims
+            if jnp.shape(g) == jnp.shape(p) and r.shape == (p.shape[1 - d0],) and c.shape == (p.shape[1 - d1],):
+                if r.dtype == c.dtype == jnp.float32:
+                    picked.append(i)
+        return picked
+
+    def kernel_step(picked: list[int], params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        p_leaves, treedef = jax.tree.flatten(params)
+        fstate = state[0]
+        g_leaves, rows, cols, vs = (treedef.flatten_up_to(t) for t in (grads, fstate.v_row, fstate.v_col, fstate.v))
+        others = [i for i in range(len(p_leaves)) if i not in set(picked)]
+        take = lambda xs, index: [xs[i] for i in index]  # noqa: E731
+
+        # every other leaf, and the counters and schedules of the chain, through update itself
+        sub_state = (FactoredState(fstate.count, *(take(x, others) for x in (rows, cols, vs))), *state[1:])
+        sub_updates, new_sub = tx.update(take(g_leaves, others), sub_state, take(p_leaves, others))
+        new_p = list(p_leaves)
+        for i, p in zip(others, apply_updates(take(p_leaves, others), sub_updates), strict=True):
+            new_p[i] = p
+        new_rows, new_cols, new_vs = (list(x) for x in (rows, cols, vs))
+        for out, x in zip((new_rows, new_cols, new_vs), new_sub[0][1:], strict=True):
+            for i, leaf in zip(others, x, strict=True):
+                out[i] = leaf
+
+        # the factored matrices: three passes, the statistics in jnp between them
+        beta = jnp.asarray(as_value(_decay_rate_pow(fstate.count - decay_offset, decay_rate)), jnp.float32)
+        e = jnp.asarray(as_value(eps), jnp.float32)
+        mats = take(g_leaves, picked)
+        row_sums, col_sums = _kernels.row_col_sum_squares(mats)  # over axis 1 (length R), over axis 0 (length C)
+        a_list, b_list, b_first = [], [], []
+        for k, i in enumerate(picked):
+            shape = p_leaves[i].shape
+            d1, d0 = dims_of(p_leaves[i])
+            sums = {1: row_sums[k], 0: col_sums[k]}  # the sum over axis a has the shape without a
+            row_mean = sums[d0] / shape[d0] + e
+            col_mean = sums[d1] / shape[d1] + e
+            new_row = beta * rows[i] + (1.0 - beta) * row_mean
+            new_col = beta * cols[i] + (1.0 - beta) * col_mean
+            row_factor = (new_row / jnp.mean(new_row)) ** -0.5  # the shape without d0
+            col_factor = new_col**-0.5  # the shape without d1
+            new_rows[i], new_cols[i], new_vs[i] = new_row, new_col, jnp.zeros((1,), vs[i].dtype)
+            # u = g * expand(row_factor, d0) * expand(col_factor, d1): per column and per row of the matrix
+            first_is_column = d0 == 0
+            a_list.append(col_factor if first_is_column else row_factor)  # per row (length R)
+            b_list.append(row_factor if first_is_column else col_factor)  # per column (length C)
+            b_first.append(float(first_is_column))
+        sizes = jnp.asarray([math.prod(p_leaves[i].shape) for i in picked], jnp.float32)
+        one = jnp.ones([len(picked)], jnp.float32)
+        div = one
+        if clipping_threshold is not None:
+            rms = jnp.sqrt(_kernels.weighted_sum_squares(mats, a_list, b_list) / sizes)
+            div = jnp.maximum(1.0, rms / jnp.asarray(as_value(clipping_threshold), jnp.float32))
+        lr = one
+        if lr_tx is not None:
+            lr = one * lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0]
+        ps = one
+        if multiply_by_parameter_scale:
+            ps = _safe_sqrt(_kernels.sum_squares(take(p_leaves, picked)) / sizes, _MIN_PARAM_SCALE)
+        scalars = jnp.stack([div, lr, ps], axis=1).reshape(-1)
+        updated = _kernels.factored_apply(
+            scalars, jnp.asarray(b_first, jnp.float32), take(p_leaves, picked), mats, a_list, b_list
+        )
+        for i, p in zip(picked, updated, strict=True):
+            new_p[i] = p
+
+        new_factored = FactoredState(new_sub[0].count, *(treedef.unflatten(x) for x in (new_rows, new_cols, new_vs)))
+        return treedef.unflatten(new_p), (new_factored, *new_sub[1:])
+
+    def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        if momentum is not None or weight_decay_rate is not None or not kernel_applies():
+            return reference(params, state, grads)
+        p_leaves, treedef = jax.tree.flatten(params)
+        fstate = state[0]
+        try:
+            leaves = [treedef.flatten_up_to(t) for t in (grads, fstate.v_row, fstate.v_col, fstate.v)]
+        except (ValueError, TypeError):
+            return reference(params, state, grads)  # raises the usual, explicit error
+        picked = kernel_leaves(p_leaves, *leaves[:3])
+        hypers = [decay_rate, decay_offset, eps, *([] if clipping_threshold is None else [clipping_threshold])]
+        scalar = all(np.ndim(h) == 0 for h in hypers if not callable(h))
+        if lr_tx is not None:
+            probe = jax.eval_shape(lambda: lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0])
+            scalar = scalar and probe.shape == ()
+        if not (picked and scalar):
+            return reference(params, state, grads)
+        return with_reference(lambda *a: kernel_step(picked, *a), reference)(params, state, grads)
+
+    return FusedGradientTransformation(tx.init, tx.update, step)
+
+
+# inject_hyperparams(adafactor)(...) builds a FusedGradientTransformation with the injected step
+adafactor.__gradax_fused__ = FusedGradientTransformation

@@ -175,18 +175,14 @@ def _inverse(scale: jax.Array) -> jax.Array:
     return jnp.where(scale > 0, 1.0 / jnp.where(scale > 0, scale, 1.0), 0.0)
 
 
-def encode_signed_blocks(
-    x_blocks: jax.Array, scale: jax.Array, seed: jax.Array | None = None, *, noise: jax.Array | None = None
-) -> jax.Array:
+def encode_signed_blocks(x_blocks: jax.Array, scale: jax.Array, noise: jax.Array | None = None) -> jax.Array:
     """uint8 codes of ``x_blocks / scale`` (one scale per row, ``|x| <= scale``): sign, 4 exponent, 3 mantissa bits.
 
-    Rounded to nearest, or stochastically with :func:`dither` bits of ``seed`` when it is given (or with the
-    uint32 bits ``noise``, shaped like ``x_blocks``).
+    Rounded to nearest, or stochastically with the uint32 bits ``noise`` (:func:`dither`, shaped like ``x_blocks``)
+    when they are given.
     """
     y = x_blocks.astype(jnp.float32) * _inverse(scale)[:, None]
     bits = jax.lax.bitcast_convert_type(y, jnp.int32)
-    if seed is not None:
-        noise = dither(x_blocks.shape, seed)
     magnitude = _SIGNED.encode(jax.lax.bitcast_convert_type(bits & 0x7FFFFFFF, jnp.float32), noise)
     sign = jax.lax.shift_right_logical(bits, jnp.int32(31)) << 7
     return (sign | magnitude).astype(jnp.uint8)
@@ -202,16 +198,12 @@ def decode_signed_blocks(q: BlockQuantized) -> jax.Array:
     return signed * q.scale[:, None]
 
 
-def encode_root_blocks(
-    root_blocks: jax.Array, scale: jax.Array, seed: jax.Array | None = None, *, noise: jax.Array | None = None
-) -> jax.Array:
+def encode_root_blocks(root_blocks: jax.Array, scale: jax.Array, noise: jax.Array | None = None) -> jax.Array:
     """uint8 codes of non-negative ``root_blocks / scale`` (``root <= scale``): 4 exponent and 4 mantissa bits.
 
-    Rounded to nearest, or stochastically with :func:`dither` bits of ``seed`` when it is given (or with the
-    uint32 bits ``noise``, shaped like ``root_blocks``).
+    Rounded to nearest, or stochastically with the uint32 bits ``noise`` (:func:`dither`, shaped like
+    ``root_blocks``) when they are given.
     """
-    if seed is not None:
-        noise = dither(root_blocks.shape, seed)
     y = root_blocks.astype(jnp.float32) * _inverse(scale)[:, None]
     return _UNSIGNED.encode(y, noise).astype(jnp.uint8)
 

@@ -56,7 +56,7 @@ def test_stochastic_rounding_is_unbiased_and_keeps_small_increments():
     scale = Q.block_absmax(x)
     draws = jnp.stack(
         [
-            Q.decode_signed_blocks(Q.BlockQuantized(Q.encode_signed_blocks(x, scale, jnp.int32(k)), scale))
+            Q.decode_signed_blocks(Q.BlockQuantized(Q.encode_signed_blocks(x, scale, Q.dither(x.shape, jnp.int32(k))), scale))
             for k in range(400)
         ]
     )

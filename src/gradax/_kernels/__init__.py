@@ -165,6 +165,43 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(k, min(n, k + size)) for k in range(0, n, size)]
 
 
+PER_LEAF = "per_leaf"  # a result spec: one float32 per leaf, the chunks' vectors concatenated
+
+
+def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL):
+    """``target`` called once per ``size`` leaves: the operands are ``head(chunk)`` (a slice of leaf indices) then
+    each of ``groups`` (lists of per-leaf arrays, one entry per leaf) sliced to the chunk, group after group.
+
+    ``results`` says what comes back, one entry per result group: an int ``k`` (each leaf's result takes the
+    shape, dtype and buffer of its operand in ``groups[k]``: in place), a function of the leaf's first-group
+    operand giving a ``ShapeDtypeStruct``, or :data:`PER_LEAF`. Returns one list per result group (a float32 vector
+    for :data:`PER_LEAF`).
+    """
+    outs: list = [[] for _ in results]
+    for part in _chunks(len(groups[0]), size):
+        lead = list(head(part))
+        chunk = [group[part] for group in groups]
+        n = part.stop - part.start
+        shapes, aliases = [], {}
+        for spec in results:
+            if spec is PER_LEAF:
+                shapes.append(jax.ShapeDtypeStruct((n,), jnp.float32))
+                continue
+            for i, x in enumerate(chunk[0] if callable(spec) else chunk[spec]):
+                if not callable(spec):
+                    aliases[len(lead) + spec * n + i] = len(shapes)
+                shapes.append(spec(x) if callable(spec) else jax.ShapeDtypeStruct(x.shape, x.dtype))
+        out = jax.ffi.ffi_call(target, shapes, input_output_aliases=aliases or None)(
+            *lead, *(x for group in chunk for x in group)
+        )
+        start = 0
+        for k, spec in enumerate(results):
+            width = 1 if spec is PER_LEAF else n
+            outs[k] += out[start : start + width]
+            start += width
+    return [jnp.concatenate(o) if spec is PER_LEAF else o for o, spec in zip(outs, results, strict=True)]
+
+
 def adamw_step(
     scalars: jax.Array, weight_decay: jax.Array, params: list, grads: list, mu: list, nu: list
 ) -> tuple[list, list, list]:
@@ -174,60 +211,24 @@ def adamw_step(
     float32[len(ADAMW_SCALARS)], ``weight_decay`` float32[len(params)]. The results alias the params and moments
     (donate them to update in place; otherwise XLA copies them first).
     """
-    out_p: list = []
-    out_m: list = []
-    out_v: list = []
-    for part in _chunks(len(params), LEAVES_PER_CALL):
-        p, m, v = _adamw_call(scalars, weight_decay[part], params[part], grads[part], mu[part], nu[part])
-        out_p += p
-        out_m += m
-        out_v += v
-    return out_p, out_m, out_v
-
-
-def _adamw_call(scalars, weight_decay, params, grads, mu, nu):
-    n = len(params)
-    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*params, *mu, *nu)]
-    aliases = {2 + i: i for i in range(n)}
-    aliases.update({2 + 2 * n + i: n + i for i in range(n)})
-    aliases.update({2 + 3 * n + i: 2 * n + i for i in range(n)})
-    out = list(
-        jax.ffi.ffi_call("gradax_adamw_step", shapes, input_output_aliases=aliases)(
-            scalars, weight_decay, *params, *grads, *mu, *nu
-        )
-    )
-    return out[:n], out[n : 2 * n], out[2 * n :]
+    head = lambda part: (scalars, weight_decay[part])  # noqa: E731
+    return tuple(_call_per_leaves("gradax_adamw_step", head, [params, grads, mu, nu], [0, 2, 3]))
 
 
 def adamw8_step(
-    scalars: jax.Array, weight_decay: jax.Array, seeds: jax.Array, params: list, grads: list, mu: list, nu: list
+    scalars: jax.Array, weight_decay: jax.Array, seed: jax.Array, params: list, grads: list, mu: list, nu: list
 ) -> tuple[list, list, list]:
     """One in-place AdamW pass over float32 leaves whose moments are ``gradax.BlockQuantized`` (8-bit codes and
     block scales): returns the new params, first and second moments (``BlockQuantized``).
 
-    ``seeds`` is int32[1], the stochastic-rounding seed (one hash per element for both moments, as
-    ``gradax._quantization.dither_pair``). The results alias the
-    params, codes and scales.
+    ``seed`` is int32[1], the stochastic-rounding seed (one hash per element for both moments, as
+    ``gradax._quantization.dither_pair``). The results alias the params, codes and scales.
     """
-    out_p: list = []
-    out_m: list = []
-    out_v: list = []
-    for part in _chunks(len(params), LEAVES_PER_CALL):
-        p, g, m, v = params[part], grads[part], mu[part], nu[part]
-        n = len(p)
-        operands = [*p, *g, *(q.codes for q in m), *(q.scale for q in m), *(q.codes for q in v)]
-        operands += [q.scale for q in v]
-        # operand 3 + k*n + i is result k'*n + i: params (k=0), then codes and scales of both moments (k=2..5)
-        aliases = {3 + i: i for i in range(n)}
-        aliases.update({3 + k * n + i: (k - 1) * n + i for k in range(2, 6) for i in range(n)})
-        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*p, *operands[2 * n :])]
-        out = jax.ffi.ffi_call("gradax_adamw8_step", shapes, input_output_aliases=aliases)(
-            scalars, weight_decay[part], seeds, *operands
-        )
-        out_p += out[:n]
-        out_m += [BlockQuantized(c, s) for c, s in zip(out[n : 2 * n], out[2 * n : 3 * n], strict=True)]
-        out_v += [BlockQuantized(c, s) for c, s in zip(out[3 * n : 4 * n], out[4 * n :], strict=True)]
-    return out_p, out_m, out_v
+    head = lambda part: (scalars, weight_decay[part], seed)  # noqa: E731
+    groups = [params, grads, [q.codes for q in mu], [q.scale for q in mu], [q.codes for q in nu], [q.scale for q in nu]]
+    p, m_codes, m_scale, v_codes, v_scale = _call_per_leaves("gradax_adamw8_step", head, groups, [0, 2, 3, 4, 5])
+    quantized = lambda codes, scale: [BlockQuantized(*x) for x in zip(codes, scale, strict=True)]  # noqa: E731
+    return p, quantized(m_codes, m_scale), quantized(v_codes, v_scale)
 
 
 def lion_step(scalars: jax.Array, decay: jax.Array, params: list, grads: list, mu: list) -> tuple[list, list]:
@@ -237,70 +238,36 @@ def lion_step(scalars: jax.Array, decay: jax.Array, params: list, grads: list, m
     params. ``scalars`` is float32[len(LION_SCALARS)], ``decay`` float32[len(params)] (1 where a leaf is decayed).
     The results alias the params and momentum (donate them to update in place; otherwise XLA copies them first).
     """
-    out_p: list = []
-    out_m: list = []
-    for part in _chunks(len(params), LEAVES_PER_CALL):
-        p, g, m = params[part], grads[part], mu[part]
-        n = len(p)
-        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*p, *m)]
-        aliases = {2 + i: i for i in range(n)}
-        aliases.update({2 + 2 * n + i: n + i for i in range(n)})
-        out = jax.ffi.ffi_call("gradax_lion_step", shapes, input_output_aliases=aliases)(
-            scalars, decay[part], *p, *g, *m
-        )
-        out_p += out[:n]
-        out_m += out[n:]
-    return out_p, out_m
+    head = lambda part: (scalars, decay[part])  # noqa: E731
+    return tuple(_call_per_leaves("gradax_lion_step", head, [params, grads, mu], [0, 2]))
 
 
 def sum_squares(leaves: list) -> jax.Array:
     """float32[len(leaves)]: the sum of squares of each float32 or bfloat16 leaf (accumulated in float64), one
     pass."""
-    parts = [
-        jax.ffi.ffi_call("gradax_sum_squares", jax.ShapeDtypeStruct((part.stop - part.start,), jnp.float32))(
-            *leaves[part]
-        )
-        for part in _chunks(len(leaves), 4 * LEAVES_PER_CALL)
-    ]
-    return jnp.concatenate(parts) if parts else jnp.zeros([0], jnp.float32)
+    if not leaves:
+        return jnp.zeros([0], jnp.float32)
+    return _call_per_leaves("gradax_sum_squares", lambda part: (), [leaves], [PER_LEAF], 4 * LEAVES_PER_CALL)[0]
 
 
 def row_col_sum_squares(mats: list) -> tuple[list, list]:
     """Per float32 matrix ``[R, C]``: the sums over each row of its squares (float32[R]) and over each column
     (float32[C]), accumulated in float64, in one pass."""
-    rows: list = []
-    cols: list = []
-    for part in _chunks(len(mats), LEAVES_PER_CALL):
-        m = mats[part]
-        shapes = [jax.ShapeDtypeStruct((x.shape[0],), jnp.float32) for x in m]
-        shapes += [jax.ShapeDtypeStruct((x.shape[1],), jnp.float32) for x in m]
-        out = jax.ffi.ffi_call("gradax_row_col_sum_squares", shapes)(*m)
-        rows += out[: len(m)]
-        cols += out[len(m) :]
-    return rows, cols
+    rows = lambda x: jax.ShapeDtypeStruct((x.shape[0],), jnp.float32)  # noqa: E731
+    cols = lambda x: jax.ShapeDtypeStruct((x.shape[1],), jnp.float32)  # noqa: E731
+    return tuple(_call_per_leaves("gradax_row_col_sum_squares", lambda part: (), [mats], [rows, cols]))
 
 
 def weighted_sum_squares(mats: list, a: list, b: list) -> jax.Array:
     """float32[len(mats)]: :math:`\\sum_{ij} (g_{ij} a_i b_j)^2` per float32 matrix ``g`` with its row weights ``a``
     and column weights ``b``, in one pass."""
-    parts = [
-        jax.ffi.ffi_call("gradax_weighted_sum_squares", jax.ShapeDtypeStruct((part.stop - part.start,), jnp.float32))(
-            *mats[part], *a[part], *b[part]
-        )
-        for part in _chunks(len(mats), LEAVES_PER_CALL)
-    ]
-    return jnp.concatenate(parts) if parts else jnp.zeros([0], jnp.float32)
+    if not mats:
+        return jnp.zeros([0], jnp.float32)
+    return _call_per_leaves("gradax_weighted_sum_squares", lambda part: (), [mats, a, b], [PER_LEAF])[0]
 
 
 def factored_apply(scalars: jax.Array, b_first: jax.Array, params: list, grads: list, a: list, b: list) -> list:
     """In place per float32 matrix: :math:`p \\leftarrow p - (((g x) y / d)\\, \\eta)\\, s` with per-leaf ``(d, \\eta,
     s)`` in ``scalars`` (float32[3n]) and ``(x, y) = (b_j, a_i)`` where ``b_first`` is 1, else ``(a_i, b_j)``."""
-    out: list = []
-    for part in _chunks(len(params), LEAVES_PER_CALL):
-        p = params[part]
-        n = len(p)
-        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in p]
-        out += jax.ffi.ffi_call("gradax_factored_apply", shapes, input_output_aliases={2 + i: i for i in range(n)})(
-            scalars[3 * part.start : 3 * part.stop], b_first[part], *p, *grads[part], *a[part], *b[part]
-        )
-    return out
+    head = lambda part: (scalars[3 * part.start : 3 * part.stop], b_first[part])  # noqa: E731
+    return _call_per_leaves("gradax_factored_apply", head, [params, grads, a, b], [0])[0]

@@ -18,7 +18,7 @@ from .._update import apply_updates
 from ..optimizers._adafactor import FactoredState, _decay_rate_pow, factored_dims
 from ..optimizers._adafactor import adafactor as _adafactor
 from ..transforms._scaling import scale_by_learning_rate
-from ._common import FusedGradientTransformation, kernel_applies, reference_step, with_reference
+from ._common import FusedGradientTransformation, kernel_applies, put, reference_step, take, with_reference
 
 _MIN_PARAM_SCALE = 1e-3  # scale_by_param_block_rms's default, as adafactor uses it
 
@@ -113,19 +113,17 @@ def adafactor(
         p_leaves, treedef = jax.tree.flatten(params)
         fstate = state[0]
         g_leaves, rows, cols, vs = (treedef.flatten_up_to(t) for t in (grads, fstate.v_row, fstate.v_col, fstate.v))
-        others = [i for i in range(len(p_leaves)) if i not in set(picked)]
-        take = lambda xs, index: [xs[i] for i in index]  # noqa: E731
+        kernel_set = set(picked)
+        others = [i for i in range(len(p_leaves)) if i not in kernel_set]
 
         # every other leaf, and the counters and schedules of the chain, through update itself
         sub_state = (FactoredState(fstate.count, *(take(x, others) for x in (rows, cols, vs))), *state[1:])
         sub_updates, new_sub = tx.update(take(g_leaves, others), sub_state, take(p_leaves, others))
         new_p = list(p_leaves)
-        for i, p in zip(others, apply_updates(take(p_leaves, others), sub_updates), strict=True):
-            new_p[i] = p
+        put(new_p, others, apply_updates(take(p_leaves, others), sub_updates))
         new_rows, new_cols, new_vs = (list(x) for x in (rows, cols, vs))
         for out, x in zip((new_rows, new_cols, new_vs), new_sub[0][1:], strict=True):
-            for i, leaf in zip(others, x, strict=True):
-                out[i] = leaf
+            put(out, others, x)
 
         # the factored matrices: three passes, the statistics in jnp between them
         beta = jnp.asarray(as_value(_decay_rate_pow(fstate.count - decay_offset, decay_rate)), jnp.float32)
@@ -165,8 +163,7 @@ def adafactor(
         updated = _kernels.factored_apply(
             scalars, jnp.asarray(b_first, jnp.float32), take(p_leaves, picked), mats, a_list, b_list
         )
-        for i, p in zip(picked, updated, strict=True):
-            new_p[i] = p
+        put(new_p, picked, updated)
 
         new_factored = FactoredState(new_sub[0].count, *(treedef.unflatten(x) for x in (new_rows, new_cols, new_vs)))
         return treedef.unflatten(new_p), (new_factored, *new_sub[1:])

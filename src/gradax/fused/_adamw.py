@@ -19,7 +19,15 @@ from ..optimizers._adam import AdamScalars, ScaleByAdamState
 from ..optimizers._adam import adamw as _adamw
 from ..transforms._clipping import clip_by_global_norm, global_norm_scale
 from ..transforms._combining import chain
-from ._common import DecayAndRate, FusedGradientTransformation, kernel_applies, reference_step, with_reference
+from ._common import (
+    DecayAndRate,
+    FusedGradientTransformation,
+    kernel_applies,
+    put,
+    reference_step,
+    take,
+    with_reference,
+)
 
 _DENSE = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 
@@ -47,10 +55,6 @@ def _plan(params: list, grads: list, mu: list, nu: list) -> _Plan | None:
             return None
         dense.append(i)
     return _Plan(dense, quantized)
-
-
-def _take(items: list, index: list[int]) -> list:
-    return [items[i] for i in index]
 
 
 def adamw(
@@ -158,11 +162,10 @@ def adamw(
         ):
             if not index:
                 continue
-            leaves = [_take(x, index) for x in (p_leaves, g_leaves, m_leaves, v_leaves)]
+            leaves = [take(x, index) for x in (p_leaves, g_leaves, m_leaves, v_leaves)]
             results = call(scalars, rates[np.asarray(index)], *extra, *leaves)
             for out, group in zip((new_p, new_m, new_v), results, strict=True):
-                for i, x in zip(index, group, strict=True):
-                    out[i] = x
+                put(out, index, group)
 
         new_adam = ScaleByAdamState(count=count_inc, mu=treedef.unflatten(new_m), nu=treedef.unflatten(new_v))
         new_inner = (new_adam, new_decay, new_lr)

@@ -158,3 +158,14 @@ class DecayAndRate:
             decayed = decayed * np.asarray(treedef.flatten_up_to(resolved), np.float32)
             new_decay = MaskedState(inner_state=new_decay)
         return neg_lr, rate, decayed, new_decay, new_lr
+
+
+def take(items: list, index: list[int]) -> list:
+    """``items`` at the leaf indices ``index``."""
+    return [items[i] for i in index]
+
+
+def put(items: list, index: list[int], values: list) -> None:
+    """``items[i] = value`` for each leaf index ``i`` of ``index`` and its value, in place."""
+    for i, value in zip(index, values, strict=True):
+        items[i] = value

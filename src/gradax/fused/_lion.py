@@ -101,8 +101,9 @@ def lion(
         g_leaves, m_leaves = (treedef.flatten_up_to(t) for t in (grads, lion_state.mu))
         neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, params, treedef)
         beta1, beta2 = hyper_values(b1, b2)
-        values = [beta1, 1 - beta1, beta2, 1 - beta2, rate, neg_lr]
-        scalars = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
+        named = dict(b1=beta1, one_minus_b1=1 - beta1, b2=beta2, one_minus_b2=1 - beta2, weight_decay=rate)
+        named.update(neg_lr=neg_lr)
+        scalars = jnp.stack([jnp.asarray(named[k], jnp.float32) for k in _kernels.LION_SCALARS])
         new_p, new_m = _kernels.lion_step(scalars, jnp.asarray(decayed), p_leaves, g_leaves, m_leaves)
 
         new_lion = ScaleByLionState(count=safe_int32_increment(lion_state.count), mu=treedef.unflatten(new_m))

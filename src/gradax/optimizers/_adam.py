@@ -180,8 +180,8 @@ def scale_by_adam(
             noise_m, noise_v = dither_pair(g_blocks.shape, 2 * count_inc)  # one hash for both roundings
             return (
                 unblock(u, jnp.shape(gc)),
-                BlockQuantized(encode_signed_blocks(m_new, m_scale, noise=noise_m), m_scale),
-                BlockQuantized(encode_root_blocks(jnp.sqrt(v_new), v_scale, noise=noise_v), v_scale),
+                BlockQuantized(encode_signed_blocks(m_new, m_scale, noise_m), m_scale),
+                BlockQuantized(encode_root_blocks(jnp.sqrt(v_new), v_scale, noise_v), v_scale),
             )
 
         return leaf if storage is None else quantized_leaf

@@ -19,6 +19,7 @@ from .._quantization import (
     block_absmax,
     blocks,
     decode_signed_blocks,
+    dither,
     encode_signed_blocks,
     quantized_zeros,
     resolve_moments,
@@ -120,9 +121,8 @@ def scale_by_lion(
             m_old = decode_signed_blocks(m)
             u = direction(ema_leaf(gc, m_old, beta1, one_minus_b1))
             scale = (beta2 * m.scale + one_minus_b2 * g_max).astype(jnp.float32)
-            m_new = BlockQuantized(
-                encode_signed_blocks(ema_leaf(gc, m_old, beta2, one_minus_b2), scale, state.count), scale
-            )
+            noise = dither(g_blocks.shape, state.count)
+            m_new = BlockQuantized(encode_signed_blocks(ema_leaf(gc, m_old, beta2, one_minus_b2), scale, noise), scale)
             return unblock(u, jnp.shape(g)).astype(g.dtype), m_new
 
         new_updates, mu = map_n(2, leaf if storage is None else quantized_leaf, updates, state.mu)

@@ -177,6 +177,9 @@ def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL):
     operand giving a ``ShapeDtypeStruct``, or :data:`PER_LEAF`. Returns one list per result group (a float32 vector
     for :data:`PER_LEAF`).
     """
+    status = load()  # registers the targets with XLA on first use
+    if not status.available:
+        raise RuntimeError(f"gradax's CPU kernels are not available: {status.reason}")
     outs: list = [[] for _ in results]
     for part in _chunks(len(groups[0]), size):
         lead = list(head(part))

@@ -13,7 +13,7 @@ import numpy as np
 from .. import _kernels
 from .._base import GradientTransformationExtraArgs
 from .._update import apply_updates
-from ..transforms._adding import add_decayed_weights
+from ..transforms._adding import add_decayed_weights, skips_decay
 from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -130,6 +130,7 @@ class DecayAndRate:
 
     def __init__(self, api: str, learning_rate: Any, weight_decay: Any, mask: Any):
         self.api, self.mask = api, mask
+        self.skips = skips_decay(weight_decay)
         self.lr_tx = scale_by_learning_rate(learning_rate)
         self.decay_tx = add_decayed_weights(weight_decay)
 
@@ -151,8 +152,7 @@ class DecayAndRate:
         one, zero = jnp.ones([], jnp.float32), jnp.zeros([], jnp.float32)
         neg_lr, new_lr = self.lr_tx.update(one, lr_state)
         rate, new_decay = self.decay_tx.update(zero, self._decay_inner(decay_state), one)
-        # add_decayed_weights hands back the very updates it was given when it skips (a weight decay of 0)
-        decayed = np.full(treedef.num_leaves, float(rate is not zero), np.float32)
+        decayed = np.full(treedef.num_leaves, 0.0 if self.skips else 1.0, np.float32)
         if self.mask is not None:
             resolved = broadcast_prefix(resolve_mask(self.api, self.mask, params), params)
             decayed = decayed * np.asarray(treedef.flatten_up_to(resolved), np.float32)

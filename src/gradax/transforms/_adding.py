@@ -31,6 +31,12 @@ class AddNoiseState(NamedTuple):
     rng_key: jax.Array  # a typed PRNG key (``jax.random.key``): the key for the next step's noise
 
 
+def skips_decay(weight_decay: Any) -> bool:
+    """Whether :func:`add_decayed_weights` leaves the updates as they are: a weight decay of the number 0 (not an
+    array or a schedule, whose value is only known when traced)."""
+    return isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool) and weight_decay == 0.0
+
+
 def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = None) -> GradientTransformation:
     r"""Adds the parameters scaled by a weight-decay rate to the updates (decoupled weight decay).
 
@@ -58,7 +64,7 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = N
     """
     check_interval("add_decayed_weights", "weight_decay", weight_decay)
     scheduled = is_schedule(weight_decay)
-    skip = isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool) and weight_decay == 0.0
+    skip = skips_decay(weight_decay)
 
     def init(params):
         del params

@@ -20,6 +20,7 @@ import pytest
 
 import gradax
 from gradax import _kernels
+from tests._fused_common import check_usual_error, run_steps, update_apply
 
 pytestmark = pytest.mark.xdist_group("fused")
 
@@ -40,18 +41,7 @@ def _reference_opt(kwargs):
 
 
 def _run(opt, params, grads, steps, fused):
-    state = opt.init(params)
-
-    def one(p, s, g):
-        if fused:
-            return opt.step(p, s, g)
-        u, s = opt.update(g, s, p)
-        return gradax.apply_updates(p, u), s
-
-    f = jax.jit(one)
-    for k in range(steps):
-        params, state = f(params, state, jax.tree.map(lambda x, k=k: x * (1.0 - 0.2 * k), grads))
-    return params, state
+    return run_steps(opt, params, grads, steps, fused)
 
 
 def _assert_close(a, b, rtol=2e-6, atol=2e-7):
@@ -236,7 +226,7 @@ def test_vmap_and_grad_of_step():
     got = jax.jit(jax.vmap(opt.step))(batch, states, grads)
     for i in range(3):
         one = jax.tree.map(lambda x, i=i: x[i], (grads, states, batch))
-        want = _run_update(opt, *one)
+        want = update_apply(opt, one[2], one[1], one[0])
         _assert_close(jax.tree.map(lambda x, i=i: x[i], got), want)
 
     def loss(p, fused):
@@ -246,11 +236,6 @@ def test_vmap_and_grad_of_step():
         return sum(jnp.sum(x**2) for x in jax.tree.leaves(new))
 
     _assert_close(jax.grad(loss)(params, True), jax.grad(loss)(params, False))
-
-
-def _run_update(opt, grads, state, params):
-    u, state = opt.update(grads, state, params)
-    return gradax.apply_updates(params, u), state
 
 
 def test_scan_and_cond():
@@ -266,7 +251,7 @@ def test_scan_and_cond():
     got = jax.jit(lambda p: jax.lax.scan(body, (p, opt.init(p)), jnp.arange(4.0))[0])(params)
     p, s = params, opt.init(params)
     for k in (0.0, 2.0):
-        p, s = _run_update(opt, jax.tree.map(lambda x, k=k: x * (1.0 + k), grads), s, p)
+        p, s = update_apply(opt, p, s, jax.tree.map(lambda x, k=k: x * (1.0 + k), grads))
     _assert_close(got, (p, s))
 
 
@@ -288,18 +273,12 @@ def test_pytree_shapes():
     for params in trees:
         grads = jax.tree.map(lambda x: 0.5 * x + 1.0, params)
         got = jax.jit(opt.step)(params, opt.init(params), grads)
-        want = _run_update(opt, grads, opt.init(params), params)
+        want = update_apply(opt, params, opt.init(params), grads)
         _assert_close(got, want)
 
 
 def test_wrong_grads_get_the_usual_error():
-    opt = gradax.fused.adamw(1e-2)
-    params = {"a": jnp.ones(3), "b": jnp.ones(2)}
-    with pytest.raises((ValueError, TypeError)) as fused_err:
-        opt.step(params, opt.init(params), {"a": jnp.ones(3)})
-    with pytest.raises((ValueError, TypeError)) as update_err:
-        opt.update({"a": jnp.ones(3)}, opt.init(params), params)
-    assert str(fused_err.value) == str(update_err.value)
+    check_usual_error(gradax.fused.adamw(1e-2))
 
 
 def test_state_is_adamws_and_copies():

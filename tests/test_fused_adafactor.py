@@ -13,6 +13,7 @@ import pytest
 
 import gradax
 from gradax import _kernels
+from tests._fused_common import run_steps
 
 pytestmark = [
     pytest.mark.xdist_group("fused"),
@@ -28,21 +29,6 @@ SHAPES = [(300, 130), (130, 300), (200, 200), (64, 64), (7,), (3, 140, 150)]
 def _tree(seed):
     rng = np.random.default_rng(seed)
     return {f"l{i}": jnp.asarray(rng.normal(size=s), jnp.float32) for i, s in enumerate(SHAPES)}
-
-
-def _run(opt, params, grads, steps, fused):
-    state = opt.init(params)
-
-    def one(p, s, g):
-        if fused:
-            return opt.step(p, s, g)
-        u, s = opt.update(g, s, p)
-        return gradax.apply_updates(p, u), s
-
-    f = jax.jit(one)
-    for k in range(steps):
-        params, state = f(params, state, jax.tree.map(lambda x, k=k: x * (1.0 - 0.2 * k), grads))
-    return params, state
 
 
 CONFIGS = {
@@ -64,8 +50,8 @@ def test_step_matches_update_then_apply(name):
     opt = gradax.fused.adafactor(**CONFIGS[name])
     params, grads = _tree(0), _tree(1)
     assert "gradax_factored_apply" in jax.jit(opt.step).lower(params, opt.init(params), grads).as_text()
-    got = _run(opt, params, grads, 3, fused=True)
-    want = _run(opt, params, grads, 3, fused=False)
+    got = run_steps(opt, params, grads, 3, fused=True)
+    want = run_steps(opt, params, grads, 3, fused=False)
     assert jax.tree.structure(got) == jax.tree.structure(want)
     for key in params:
         x, y, p0 = (np.asarray(t[key]) for t in (got[0], want[0], params))
@@ -119,7 +105,7 @@ def test_falls_back_to_update_then_apply(monkeypatch):
     for kwargs in (dict(learning_rate=1e-2, momentum=0.9), dict(learning_rate=1e-2, weight_decay_rate=1e-3)):
         opt = gradax.fused.adafactor(**kwargs)
         assert "gradax_" not in jax.jit(opt.step).lower(params, opt.init(params), grads).as_text()
-        got, want = _run(opt, params, grads, 2, fused=True), _run(opt, params, grads, 2, fused=False)
+        got, want = run_steps(opt, params, grads, 2, fused=True), run_steps(opt, params, grads, 2, fused=False)
         assert jax.tree.all(jax.tree.map(lambda x, y: bool(jnp.array_equal(x, y)), got, want))
     half = jax.tree.map(lambda x: x.astype(jnp.float16), params)
     opt = gradax.fused.adafactor(1e-2)
@@ -152,8 +138,8 @@ def test_vmap_grad_and_inject_hyperparams():
     injected = gradax.inject_hyperparams(gradax.fused.adafactor)(learning_rate=1e-2)
     assert isinstance(injected, gradax.fused.FusedGradientTransformation)
     big, big_grads = _tree(0), _tree(1)
-    got = _run(injected, big, big_grads, 2, fused=True)
-    want = _run(injected, big, big_grads, 2, fused=False)
+    got = run_steps(injected, big, big_grads, 2, fused=True)
+    want = run_steps(injected, big, big_grads, 2, fused=False)
     assert "gradax_factored_apply" in jax.jit(injected.step).lower(big, injected.init(big), big_grads).as_text()
     for key in big:
         x, y, p0 = (np.asarray(t[key]) for t in (got[0], want[0], big))

@@ -15,6 +15,7 @@ import pytest
 import gradax
 from gradax import _kernels
 from gradax._kernels import LION_SCALARS, lion_step
+from tests._fused_common import check_usual_error, run_steps, update_apply
 
 pytestmark = pytest.mark.xdist_group("fused")
 
@@ -50,18 +51,7 @@ def _with_momentum(opt, params, seed=2):
 
 def _run(opt, params, grads, steps, fused, state=None):
     state = _with_momentum(opt, params) if state is None else state
-
-    def one(p, s, g):
-        if fused:
-            return opt.step(p, s, g)
-        u, s = opt.update(g, s, p)
-        return gradax.apply_updates(p, u), s
-
-    f = jax.jit(one)
-    for k in range(steps):
-        g = jax.tree.map(lambda x, k=k: (x * (1.0 - 0.3 * k)).astype(x.dtype), grads)
-        params, state = f(params, state, g)
-    return params, state
+    return run_steps(opt, params, grads, steps, fused, state=state, shrink=0.3)
 
 
 def _bits(x):
@@ -197,11 +187,6 @@ def _close(a, b):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-6, atol=2e-7)
 
 
-def _update_apply(opt, params, state, grads):
-    u, state = opt.update(grads, state, params)
-    return gradax.apply_updates(params, u), state
-
-
 def test_vmap_and_grad_of_step():
     """vmap (a batch of independent optimizers) and reverse-mode through the step use update + apply_updates."""
     opt = gradax.fused.lion(1e-2, weight_decay=0.1)
@@ -213,7 +198,7 @@ def test_vmap_and_grad_of_step():
     got = jax.jit(jax.vmap(opt.step))(batch, states, grads)
     for i in range(3):
         one = jax.tree.map(lambda x, i=i: x[i], (batch, states, grads))
-        _close(jax.tree.map(lambda x, i=i: x[i], got), _update_apply(opt, *one))
+        _close(jax.tree.map(lambda x, i=i: x[i], got), update_apply(opt, *one))
 
     def loss(p, fused):
         s = opt.init(p)
@@ -235,17 +220,11 @@ def test_pytree_shapes():
     for params in [{"a": jnp.ones((3, 2)), "none": None, "pair": Pair(jnp.arange(4.0), None)}, {}, jnp.array(2.0)]:
         grads = jax.tree.map(lambda x: 0.5 * x + 1.0, params)
         got = jax.jit(opt.step)(params, opt.init(params), grads)
-        _assert_identical(got, jax.jit(lambda p, s, g: _update_apply(opt, p, s, g))(params, opt.init(params), grads))
+        _assert_identical(got, jax.jit(lambda p, s, g: update_apply(opt, p, s, g))(params, opt.init(params), grads))
 
 
 def test_wrong_grads_get_the_usual_error():
-    opt = gradax.fused.lion(1e-2)
-    params = {"a": jnp.ones(3), "b": jnp.ones(2)}
-    with pytest.raises((ValueError, TypeError)) as fused_err:
-        opt.step(params, opt.init(params), {"a": jnp.ones(3)})
-    with pytest.raises((ValueError, TypeError)) as update_err:
-        opt.update({"a": jnp.ones(3)}, opt.init(params), params)
-    assert str(fused_err.value) == str(update_err.value)
+    check_usual_error(gradax.fused.lion(1e-2))
 
 
 def test_state_is_lions():

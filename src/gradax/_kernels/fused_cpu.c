@@ -69,6 +69,30 @@ static void adamw_span(const float* s, float wd, float* restrict p, const float*
     }
 }
 
+/* The step's scalars for the loops bound by arithmetic (bfloat16, 8-bit), which multiply by the reciprocals of the
+ * bias corrections instead of dividing by them (within an ulp of update + apply; the float32 loop, bound by memory,
+ * divides as XLA does): ic1, ic1n, ic2 and isc2 are 1/c1, 1/c1n, 1/c2 and 1/sqrt(c2). */
+typedef struct {
+    float b1, omb1, b2, omb2, ic1, ic1n, ic2, isc2, eps, eps_root, neg_lr, scale;
+} AdamConsts;
+
+static inline AdamConsts adam_consts(const float* s) {
+    AdamConsts k = {s[S_B1], s[S_ONE_MINUS_B1], s[S_B2], s[S_ONE_MINUS_B2], 1.0f / s[S_C1], 1.0f / s[S_C1_NEXT],
+                    1.0f / s[S_C2], 1.0f / sqrtf(s[S_C2]), s[S_EPS], s[S_EPS_ROOT], s[S_NEG_LR],
+                    s[S_GRAD_SCALE]};
+    return k;
+}
+
+/* One element's new moments (*mi, *vi) from its gradient and old moments; returns the bias-corrected first moment
+ * (Nesterov's look-ahead when `nesterov`). */
+static inline __attribute__((always_inline)) float adam_moments(const AdamConsts* k, float gi, float m_old,
+                                                                float v_old, const int nesterov, float* mi,
+                                                                float* vi) {
+    *mi = k->omb1 * gi + k->b1 * m_old;
+    *vi = k->omb2 * (gi * gi) + k->b2 * v_old;
+    return nesterov ? k->b1 * (*mi * k->ic1n) + k->omb1 * (gi * k->ic1) : *mi * k->ic1;
+}
+
 /* bfloat16 params and grads, float32 moments. Each transformation of the chain hands the next one a bfloat16
  * update (scale_by_adam, add_decayed_weights, the learning rate, then the sum with the params), so the update is
  * rounded to bfloat16 at each of those points, as update + apply_updates does; the arithmetic between them is
@@ -76,21 +100,15 @@ static void adamw_span(const float* s, float wd, float* restrict p, const float*
 static inline __attribute__((always_inline)) void adamw_bf16_body(
     const float* s, float wd, uint16_t* restrict p, const uint16_t* restrict g, float* restrict m,
     float* restrict v, int64_t lo, int64_t hi, const int nesterov, const int decay, const int clip) {
-    const float b1 = s[S_B1], omb1 = s[S_ONE_MINUS_B1], b2 = s[S_B2], omb2 = s[S_ONE_MINUS_B2];
-    /* this loop is bound by arithmetic, not memory: it multiplies by the reciprocals of the bias corrections
-     * instead of dividing by them (within an ulp of update + apply; the float32 loop divides, as XLA does) */
-    const float ic1 = 1.0f / s[S_C1], ic1n = 1.0f / s[S_C1_NEXT], ic2 = 1.0f / s[S_C2];
-    const float eps = s[S_EPS], eps_root = s[S_EPS_ROOT], neg_lr = s[S_NEG_LR], scale = s[S_GRAD_SCALE];
+    const AdamConsts k = adam_consts(s);
     for (int64_t i = lo; i < hi; ++i) {
-        float gi = bf16_to_f32(g[i]);
-        if (clip) gi = round_bf16(gi * scale); /* clip_by_global_norm hands on bfloat16 grads */
-        float mi = omb1 * gi + b1 * m[i];
-        float vi = omb2 * (gi * gi) + b2 * v[i];
-        float mhat = nesterov ? b1 * (mi * ic1n) + omb1 * (gi * ic1) : mi * ic1;
-        float u = round_bf16(mhat / (sqrtf(vi * ic2 + eps_root) + eps));
+        float gi = bf16_to_f32(g[i]), mi, vi;
+        if (clip) gi = round_bf16(gi * k.scale); /* clip_by_global_norm hands on bfloat16 grads */
+        float mhat = adam_moments(&k, gi, m[i], v[i], nesterov, &mi, &vi);
+        float u = round_bf16(mhat / (sqrtf(vi * k.ic2 + k.eps_root) + k.eps));
         float pi = bf16_to_f32(p[i]);
         if (decay) u = round_bf16(u + wd * pi);
-        u = round_bf16(u * neg_lr);
+        u = round_bf16(u * k.neg_lr);
         m[i] = mi;
         v[i] = vi;
         p[i] = f32_to_bf16(pi + u);
@@ -222,22 +240,8 @@ static inline float decode_magnitude(int32_t code, int shift, int32_t offset) {
 
 static inline float safe_inverse(float s) { return s > 0.0f ? 1.0f / s : 0.0f; }
 
-typedef struct {
-    float b1, omb1, b2, omb2, ic1, ic1n, ic2, isc2, eps, eps_root, neg_lr, scale; /* ic*: reciprocals */
-    int nesterov;
-} AdamConsts;
-
-/* ic1, ic1n, ic2 and isc2: 1/c1, 1/c1n, 1/c2 and 1/sqrt(c2) (see q8_element) */
-static inline AdamConsts adam_consts(const float* s) {
-    AdamConsts k = {s[S_B1], s[S_ONE_MINUS_B1], s[S_B2], s[S_ONE_MINUS_B2], 1.0f / s[S_C1], 1.0f / s[S_C1_NEXT],
-                    1.0f / s[S_C2], 1.0f / sqrtf(s[S_C2]), s[S_EPS], s[S_EPS_ROOT], s[S_NEG_LR],
-                    s[S_GRAD_SCALE], s[S_NESTEROV] != 0.0f};
-    return k;
-}
-
 /* One element: decodes its codes (old scales ms, vs), updates its moments (gradient gi), returns the Adam update
- * and writes the new codes (inverse new scales im, iv). This loop is bound by arithmetic, not memory: it multiplies
- * by the reciprocals of the bias corrections instead of dividing, and with eps_root = 0 it takes sqrt(v / c2) as
+ * and writes the new codes (inverse new scales im, iv). With eps_root = 0 it takes sqrt(v / c2) as
  * sqrt(v) / sqrt(c2), sharing the square root that the code of sqrt(v) needs (within an ulp or two of
  * scale_by_adam; the codes agree but where a moment lands on a rounding boundary). */
 static inline __attribute__((always_inline)) float q8_element(
@@ -247,10 +251,8 @@ static inline __attribute__((always_inline)) float q8_element(
     float magnitude = decode_magnitude(mcode & 0x7F, SIGNED_SHIFT, SIGNED_OFFSET);
     float m_old = bits_f32(f32_bits(magnitude) | ((uint32_t)(mcode >> 7) << 31)) * ms;
     float root = decode_magnitude(vcode, ROOT_SHIFT, ROOT_OFFSET) * vs;
-    float v_old = root * root;
-    float mi = k->omb1 * gi + k->b1 * m_old;
-    float vi = k->omb2 * (gi * gi) + k->b2 * v_old;
-    float mhat = nesterov ? k->b1 * (mi * k->ic1n) + k->omb1 * (gi * k->ic1) : mi * k->ic1;
+    float mi, vi;
+    float mhat = adam_moments(k, gi, m_old, root * root, nesterov, &mi, &vi);
     float root_v = sqrtf(vi);
     float u = mhat / ((eps_root ? sqrtf(vi * k->ic2 + k->eps_root) : root_v * k->isc2) + k->eps);
     /* dither_pair: one hash, and the same with its halves swapped for the second moment */

@@ -49,7 +49,7 @@ def test_step_matches_update_then_apply(name):
     XLA in float32): within 5e-5 of the whole update; the statistics agree to 1e-5."""
     opt = gradax.fused.adafactor(**CONFIGS[name])
     params, grads = _tree(0), _tree(1)
-    assert "gradax_factored_apply" in jax.jit(opt.step).lower(params, opt.init(params), grads).as_text()
+    assert "gradax_adafactor_matrices" in jax.jit(opt.step).lower(params, opt.init(params), grads).as_text()
     got = run_steps(opt, params, grads, 3, fused=True)
     want = run_steps(opt, params, grads, 3, fused=False)
     assert jax.tree.structure(got) == jax.tree.structure(want)
@@ -66,37 +66,48 @@ def test_donated_step_is_in_place():
     opt = gradax.fused.adafactor(1e-2)
     params = {"a": jnp.ones((256, 128)), "b": jnp.ones((256, 128)), "c": jnp.ones((128, 512))}
     hlo = jax.jit(opt.step, donate_argnums=(0, 1)).lower(params, opt.init(params), params).compile().as_text()
-    for target in ("gradax_row_col_sum_squares", "gradax_weighted_sum_squares", "gradax_factored_apply"):
-        assert f'custom_call_target="{target}"' in hlo
+    assert 'custom_call_target="gradax_adafactor_matrices"' in hlo
     # in place: no copy of a matrix (the scalars and placeholders may be copied)
     assert not [line for line in hlo.splitlines() if " copy(" in line and ("[256,128]" in line or "[128,512]" in line)]
 
 
-def test_kernels_match_numpy():
-    """The three kernels against float64 NumPy, on shapes around the 16-lane width and the part split, and over the
-    32-leaf call split."""
+def _numpy_matrix_step(p, g, row, col, b_first, beta, eps, clip, lr, scale):
+    """Adafactor on one matrix in float64 (Shazeer and Stern, 2018, Algorithm 4 with update clipping and the
+    relative step): the moving row and column means of g^2 + eps, the factor averaged over the axis the state
+    normalizes, the update clipped to RMS ``clip`` and scaled by the parameters' RMS (at least 1e-3)."""
+    p, g, row, col = (x.astype(np.float64) for x in (p, g, row, col))
+    row = beta * row + (1 - beta) * (np.mean(g**2, axis=1) + eps)
+    col = beta * col + (1 - beta) * (np.mean(g**2, axis=0) + eps)
+    a, b = (row**-0.5, (col / col.mean()) ** -0.5) if b_first else ((row / row.mean()) ** -0.5, col**-0.5)
+    u = g * a[:, None] * b[None, :]
+    div = max(1.0, np.sqrt(np.mean(u**2)) / clip) if clip > 0 else 1.0
+    ps = max(np.sqrt(np.mean(p**2)), 1e-3) if scale else 1.0
+    return p - u / div * lr * ps, row, col
+
+
+@pytest.mark.parametrize("clip, scale", [(1.0, 1.0), (0.0, 0.0), (0.05, 1.0)])
+def test_kernel_matches_numpy(clip, scale):
+    """The matrix kernel against float64 NumPy, on shapes around the 16-lane width and the part split, both
+    orientations of the normalized factor, parameters small enough for the 1e-3 floor, and over the 32-leaf call
+    split."""
     rng = np.random.default_rng(2)
-    shapes = [(1, 1), (3, 17), (33, 15), (1000, 129), (129, 1000)] + [(2, 3)] * (_kernels.LEAVES_PER_CALL + 1)
+    shapes = [(1, 1), (3, 17), (33, 15), (1000, 129), (129, 1000), (40, 50)] + [(2, 3)] * _kernels.LEAVES_PER_CALL
     g = [rng.normal(size=s).astype(np.float32) for s in shapes]
     p = [rng.normal(size=s).astype(np.float32) for s in shapes]
-    a = [rng.uniform(0.5, 2, size=s[0]).astype(np.float32) for s in shapes]
-    b = [rng.uniform(0.5, 2, size=s[1]).astype(np.float32) for s in shapes]
-    rows, cols = jax.jit(_kernels.row_col_sum_squares)(g)
-    weighted = jax.jit(_kernels.weighted_sum_squares)(g, a, b)
-    g64 = [x.astype(np.float64) for x in g]
-    for k, x in enumerate(g64):
-        np.testing.assert_allclose(rows[k], np.sum(x**2, axis=1), rtol=1e-6)
-        np.testing.assert_allclose(cols[k], np.sum(x**2, axis=0), rtol=1e-6)
-        np.testing.assert_allclose(weighted[k], np.sum((x * a[k][:, None] * b[k][None, :]) ** 2), rtol=1e-5)
-    n = len(shapes)
-    scalars = rng.uniform(0.5, 2, size=3 * n).astype(np.float32)
-    b_first = (np.arange(n) % 2).astype(np.float32)
-    new = jax.jit(_kernels.factored_apply)(jnp.asarray(scalars), jnp.asarray(b_first), p, g, a, b)
-    for k in range(n):
-        div, lr, ps = scalars[3 * k : 3 * k + 3]
-        x, y = (b[k][None, :], a[k][:, None]) if b_first[k] else (a[k][:, None], b[k][None, :])
-        want = p[k] - ((g[k] * x) * y / div) * lr * ps  # float32, the kernel's order
-        np.testing.assert_allclose(new[k], want, rtol=1e-6, atol=1e-6)
+    p[5] *= 1e-5  # RMS below the floor
+    row = [rng.uniform(0.5, 2, size=s[0]).astype(np.float32) for s in shapes]
+    col = [rng.uniform(0.5, 2, size=s[1]).astype(np.float32) for s in shapes]
+    b_first = (np.arange(len(shapes)) % 2).astype(np.float32)
+    beta, eps, lr = 0.7, 1e-3, 0.1
+    values = dict(beta=beta, eps=eps, clipping_threshold=clip, learning_rate=lr, parameter_scale=scale)
+    scalars = jnp.asarray([values[k] for k in _kernels.ADAFACTOR_SCALARS], jnp.float32)
+    got = jax.jit(_kernels.adafactor_matrices)(scalars, jnp.asarray(b_first), p, g, row, col)
+    for k in range(len(shapes)):
+        want = _numpy_matrix_step(p[k], g[k], row[k], col[k], b_first[k], beta, eps, clip, lr, scale)
+        tol = 1e-5 * np.max(np.abs(want[0] - p[k])) + 2 * np.max(np.spacing(np.abs(p[k])))  # and p's rounding
+        np.testing.assert_allclose(got[0][k], want[0], rtol=0, atol=tol, err_msg=str(shapes[k]))
+        np.testing.assert_allclose(got[1][k], want[1], rtol=1e-6, err_msg=str(shapes[k]))
+        np.testing.assert_allclose(got[2][k], want[2], rtol=1e-6, err_msg=str(shapes[k]))
 
 
 def test_falls_back_to_update_then_apply(monkeypatch):
@@ -140,7 +151,7 @@ def test_vmap_grad_and_inject_hyperparams():
     big, big_grads = _tree(0), _tree(1)
     got = run_steps(injected, big, big_grads, 2, fused=True)
     want = run_steps(injected, big, big_grads, 2, fused=False)
-    assert "gradax_factored_apply" in jax.jit(injected.step).lower(big, injected.init(big), big_grads).as_text()
+    assert "gradax_adafactor_matrices" in jax.jit(injected.step).lower(big, injected.init(big), big_grads).as_text()
     for key in big:
         x, y, p0 = (np.asarray(t[key]) for t in (got[0], want[0], big))
         assert np.max(np.abs(x - y)) <= 5e-5 * np.max(np.abs(y - p0)), key

@@ -253,24 +253,19 @@ def sum_squares(leaves: list) -> jax.Array:
     return _call_per_leaves("gradax_sum_squares", lambda part: (), [leaves], [PER_LEAF], 4 * LEAVES_PER_CALL)[0]
 
 
-def row_col_sum_squares(mats: list) -> tuple[list, list]:
-    """Per float32 matrix ``[R, C]``: the sums over each row of its squares (float32[R]) and over each column
-    (float32[C]), accumulated in float64, in one pass."""
-    rows = lambda x: jax.ShapeDtypeStruct((x.shape[0],), jnp.float32)  # noqa: E731
-    cols = lambda x: jax.ShapeDtypeStruct((x.shape[1],), jnp.float32)  # noqa: E731
-    return tuple(_call_per_leaves("gradax_row_col_sum_squares", lambda part: (), [mats], [rows, cols]))
+ADAFACTOR_SCALARS = ("beta", "eps", "clipping_threshold", "learning_rate", "parameter_scale")
 
 
-def weighted_sum_squares(mats: list, a: list, b: list) -> jax.Array:
-    """float32[len(mats)]: :math:`\\sum_{ij} (g_{ij} a_i b_j)^2` per float32 matrix ``g`` with its row weights ``a``
-    and column weights ``b``, in one pass."""
-    if not mats:
-        return jnp.zeros([0], jnp.float32)
-    return _call_per_leaves("gradax_weighted_sum_squares", lambda part: (), [mats, a, b], [PER_LEAF])[0]
+def adafactor_matrices(
+    scalars: jax.Array, b_first: jax.Array, params: list, grads: list, row_stats: list, col_stats: list
+) -> tuple[list, list, list]:
+    """The factored second moments and the parameters of float32 matrices ``[R, C]``, in place, matrix by matrix
+    (three passes each: row and column sums of squares with the parameters' sum of squares, the clipping norm, the
+    update): returns the new params, per-row statistics (float32[R]) and per-column statistics (float32[C]).
 
-
-def factored_apply(scalars: jax.Array, b_first: jax.Array, params: list, grads: list, a: list, b: list) -> list:
-    """In place per float32 matrix: :math:`p \\leftarrow p - (((g x) y / d)\\, \\eta)\\, s` with per-leaf ``(d, \\eta,
-    s)`` in ``scalars`` (float32[3n]) and ``(x, y) = (b_j, a_i)`` where ``b_first`` is 1, else ``(a_i, b_j)``."""
-    head = lambda part: (scalars[3 * part.start : 3 * part.stop], b_first[part])  # noqa: E731
-    return _call_per_leaves("gradax_factored_apply", head, [params, grads, a, b], [0])[0]
+    ``scalars`` is float32[len(ADAFACTOR_SCALARS)] (a clipping threshold of 0: no clipping; a parameter scale of 1:
+    multiply by the parameters' RMS, at least 1e-3). ``b_first`` is float32[n], 1 where the normalized factor is
+    the per-column one. The results alias the params and statistics."""
+    head = lambda part: (scalars, b_first[part])  # noqa: E731
+    groups = [params, grads, row_stats, col_stats]
+    return tuple(_call_per_leaves("gradax_adafactor_matrices", head, groups, [0, 2, 3]))

@@ -1,17 +1,25 @@
-/* Passes over the matrix leaves of a factored Adafactor step (gradax.fused.adafactor), called from XLA through its
- * FFI. XLA:CPU spends five passes over the gradient on such a leaf (row means, column means, the clipping RMS, the
- * parameters' RMS, the update) and runs its reductions well below memory speed; these three kernels take three, at
- * memory speed, with the small per-row and per-column arithmetic left to jnp between them:
+/* The factored matrices of an Adafactor step (gradax.fused.adafactor), called from XLA through its FFI.
  *
- * gradax_row_col_sum_squares: args[i] float32 [R_i, C_i] gradients; rets[i] float32[R_i] (sum over each row of g^2),
- *   rets[n+i] float32[C_i] (sum over each column of g^2). Accumulated in float64.
- * gradax_weighted_sum_squares: args[i] gradients, args[n+i] float32[R_i] a, args[2n+i] float32[C_i] b;
- *   rets[0] float32[n]: sum_ij (g_ij a_i b_j)^2 (the squared norm of the update before clipping).
- * gradax_factored_apply: args[0] float32[3n] (div, lr, ps) per leaf, args[1] float32[n] 1 where the column factor
- *   multiplies first; args[2+i] params, args[2+n+i] gradients, args[2+2n+i] a, args[2+3n+i] b; rets[i] the new
- *   params (aliased): p - (((g x) y / div) lr) ps, with (x, y) = (b_j, a_i) or (a_i, b_j), the order of the chain.
+ * gradax_adafactor_matrices: args[0] float32[5] (beta, eps, clipping threshold (0: none), learning rate, 1 to
+ *   multiply by the parameter scale); args[1] float32[n], 1 where the second moment's normalized factor is the
+ *   per-column one (the statistic averaged over axis 0); then per leaf i of n: args[2+i] float32 params [R, C],
+ *   args[2+n+i] gradients [R, C], args[2+2n+i] float32[R] per-row statistic (the mean of g^2 over each row, as a
+ *   moving average), args[2+3n+i] float32[C] per-column statistic. rets: the new params, per-row and per-column
+ *   statistics, each aliased to its operand (updated in place).
  *
- * The work of each call is counted in rows, so a part of the job owns whole rows.
+ * XLA:CPU spends five passes over such a leaf's gradient (row means, column means, the clipping RMS, the
+ * parameters' RMS, the update). Here each matrix takes two, one matrix after the other, each split by rows over
+ * XLA's thread pool:
+ *   1. per row: the sum of g^2, hence the row's new statistic R_i; then, per column, the sums of g^2 and of
+ *      g^2 / R_i (float32 over blocks of 8 rows, then float64); and the sum of p^2.
+ *      The squared norm of the unclipped update, sum_ij g_ij^2 a_i^2 b_j^2, needs no pass of its own: a_i^2 is
+ *      1 / R_i up to a constant (the mean of R where the rows are normalized), so it is
+ *      const * sum_j b_j^2 sum_i g_ij^2 / R_i, with b known once the column sums are.
+ *   then the new column statistics and the two factors (vectors, on the calling thread);
+ *   2. p <- p - (((g x) y / div) lr) ps, with (x, y) the normalized factor first, in place.
+ * That is 20 B/param (read g and p, then read g and p and write p), the least the math allows: the update needs
+ * the new statistics, which need all of the gradient. Matrix by matrix, pass 2 finds g and p in the last-level
+ * cache when the matrix fits there (a GPT-2 block's matrices do): memory is then read once.
  */
 #include "fused_common.h"
 
@@ -20,199 +28,93 @@ static int matrix(const XLA_FFI_Buffer* b) { return b->rank == 2 && b->dtype == 
 static int64_t rows_of(const XLA_FFI_Buffer* b) { return b->dims[0]; }
 static int64_t cols_of(const XLA_FFI_Buffer* b) { return b->dims[1]; }
 
-/* offsets in rows; returns the elements, or -1 when some operand is not a float32 matrix */
-static int64_t row_offsets(Job* job, void** mats, int64_t n) {
-    int64_t elements = 0;
-    job->offset[0] = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const XLA_FFI_Buffer* g = (const XLA_FFI_Buffer*)mats[i];
-        if (!matrix(g)) return -1;
-        job->offset[i + 1] = job->offset[i] + rows_of(g);
-        elements += rows_of(g) * cols_of(g);
-    }
-    return elements;
-}
-
-/* ---------------------------------------------------------------------------------------------------------- */
-/* Row and column sums of squares. Each part writes the row sums of its own rows and adds its column sums into its
- * own float64 row of partials; the caller adds the partials. */
-
-typedef struct {
-    void** g;
-    float** rows;
-    double** partial; /* partial[leaf]: [parts][C] */
-} RowCol;
-
-/* sum of x_j^2 y_j^2 over a row (y = NULL: 1), in 16 float32 lanes (vectorized) combined in float64 */
-static inline double row_sum_squares(const float* restrict x, const float* restrict y, int64_t C) {
-    float acc[16] = {0};
-    int64_t j = 0;
-    if (y == NULL) {
-        for (; j + 16 <= C; j += 16)
-            for (int k = 0; k < 16; ++k) acc[k] += x[j + k] * x[j + k];
-    } else {
-        for (; j + 16 <= C; j += 16)
-            for (int k = 0; k < 16; ++k) {
-                float t = x[j + k] * y[j + k];
-                acc[k] += t * t;
-            }
-    }
-    double total = 0.0;
-    for (int k = 0; k < 16; ++k) total += acc[k];
-    for (; j < C; ++j) {
-        double t = y == NULL ? (double)x[j] : (double)x[j] * y[j];
-        total += t * t;
-    }
-    return total;
-}
-
-GRADAX_CLONES
-static void row_col_span(const float* restrict g, int64_t C, float* restrict rows, double* restrict cols,
-                         int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-        const float* restrict row = g + i * C;
-        for (int64_t j = 0; j < C; ++j) cols[j] += (double)row[j] * row[j];
-        rows[i] = (float)row_sum_squares(row, NULL, C);
-    }
-}
-
-static void row_col_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
-    RowCol* r = (RowCol*)job->data;
-    const XLA_FFI_Buffer* g = (const XLA_FFI_Buffer*)r->g[leaf];
-    int64_t C = cols_of(g);
-    row_col_span((const float*)g->data, C, r->rows[leaf], r->partial[leaf] + (size_t)part * (size_t)C, lo, hi);
-}
-
-XLA_FFI_Error* gradax_row_col_sum_squares(XLA_FFI_CallFrame* frame) {
-    if (answer_metadata(frame)) return NULL;
-    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-    int64_t n = frame->args.size;
-    if (frame->rets.size != 2 * n) return make_error(frame, "gradax_row_col_sum_squares: expected 2n results");
-    for (int64_t i = 0; i < n; ++i)
-        if (!is_buffer(frame, i)) return make_error(frame, "gradax_row_col_sum_squares: operands must be buffers");
-    if (n == 0) return NULL;
-    size_t slots = (size_t)n;
-    int64_t cols_total = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const XLA_FFI_Buffer* g = (const XLA_FFI_Buffer*)frame->args.args[i];
-        if (!matrix(g) || num_elements((XLA_FFI_Buffer*)frame->rets.rets[i]) != rows_of(g) ||
-            num_elements((XLA_FFI_Buffer*)frame->rets.rets[n + i]) != cols_of(g))
-            return make_error(frame, "gradax_row_col_sum_squares: expected float32 matrices, float32[R] and [C] "
-                                     "results");
-        cols_total += cols_of(g);
-    }
-    size_t partial_bytes = (size_t)MAX_PARTS * (size_t)cols_total * sizeof(double);
-    Job* job = new_job(n, sizeof(RowCol) + slots * 3 * sizeof(void*) + 16 + partial_bytes);
-    if (job == NULL) return make_error(frame, "gradax_row_col_sum_squares: out of memory");
-    RowCol* r = (RowCol*)job->data;
-    char* cursor = (char*)job->data + sizeof(RowCol);
-    r->g = (void**)cursor; cursor += slots * sizeof(void*);
-    r->rows = (float**)cursor; cursor += slots * sizeof(void*);
-    r->partial = (double**)cursor; cursor += slots * sizeof(void*);
-    double* partial = (double*)(((uintptr_t)cursor + 15) & ~(uintptr_t)15);
-    int64_t elements = row_offsets(job, frame->args.args, n);
-    job->parts = parts_for(frame, elements);
-    for (int64_t i = 0; i < n; ++i) {
-        r->g[i] = frame->args.args[i];
-        r->rows[i] = data_of(frame->rets.rets[i]);
-        r->partial[i] = partial; /* [parts][C_i], zeroed by new_job */
-        partial += (size_t)job->parts * (size_t)cols_of((XLA_FFI_Buffer*)r->g[i]);
-    }
-    job->run = row_col_run;
-    run_job(frame, job);
-    for (int64_t i = 0; i < n; ++i) {
-        int64_t C = cols_of((XLA_FFI_Buffer*)r->g[i]);
-        float* cols = data_of(frame->rets.rets[n + i]);
-        for (int64_t j = 0; j < C; ++j) {
-            double total = 0.0;
-            for (int k = 0; k < job->parts; ++k) total += r->partial[i][(size_t)k * (size_t)C + (size_t)j];
-            cols[j] = (float)total;
-        }
-    }
-    release(job);
-    return NULL;
-}
-
-/* ---------------------------------------------------------------------------------------------------------- */
-/* sum_ij (g_ij a_i b_j)^2 = sum_i a_i^2 sum_j g_ij^2 b_j^2, per leaf; partial sums per part. */
-
-typedef struct {
-    void **g, **a, **b;
-    double* partial; /* [parts][n] */
-} Weighted;
-
-GRADAX_CLONES
-static double weighted_span(const float* restrict g, const float* restrict a, const float* restrict b, int64_t C,
-                            int64_t lo, int64_t hi) {
-    double total = 0.0;
-    for (int64_t i = lo; i < hi; ++i) total += row_sum_squares(g + i * C, b, C) * ((double)a[i] * a[i]);
-    return total;
-}
-
-static void weighted_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
-    Weighted* w = (Weighted*)job->data;
-    const XLA_FFI_Buffer* g = (const XLA_FFI_Buffer*)w->g[leaf];
-    w->partial[(size_t)part * (size_t)job->n + (size_t)leaf] +=
-        weighted_span((const float*)g->data, data_of(w->a[leaf]), data_of(w->b[leaf]), cols_of(g), lo, hi);
-}
-
 static int vector_of(const XLA_FFI_Buffer* v, int64_t size) {
     return v->dtype == XLA_FFI_DataType_F32 && num_elements(v) == size;
 }
 
-XLA_FFI_Error* gradax_weighted_sum_squares(XLA_FFI_CallFrame* frame) {
-    if (answer_metadata(frame)) return NULL;
-    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-    int64_t nargs = frame->args.size;
-    if (nargs % 3 != 0 || frame->rets.size != 1)
-        return make_error(frame, "gradax_weighted_sum_squares: expected 3n operands and one result");
-    int64_t n = nargs / 3;
-    void** args = frame->args.args;
-    for (int64_t i = 0; i < nargs; ++i)
-        if (!is_buffer(frame, i)) return make_error(frame, "gradax_weighted_sum_squares: operands must be buffers");
-    if (num_elements((XLA_FFI_Buffer*)frame->rets.rets[0]) != n)
-        return make_error(frame, "gradax_weighted_sum_squares: expected a float32[n] result");
-    if (n == 0) return NULL;
-    for (int64_t i = 0; i < n; ++i) {
-        const XLA_FFI_Buffer* g = (const XLA_FFI_Buffer*)args[i];
-        if (!matrix(g) || !vector_of((XLA_FFI_Buffer*)args[n + i], rows_of(g)) ||
-            !vector_of((XLA_FFI_Buffer*)args[2 * n + i], cols_of(g)))
-            return make_error(frame, "gradax_weighted_sum_squares: expected float32 [R, C], [R] and [C] operands");
-    }
-    size_t slots = (size_t)n;
-    Job* job = new_job(n, sizeof(Weighted) + slots * 3 * sizeof(void*) + 16 + (size_t)MAX_PARTS * slots * 8);
-    if (job == NULL) return make_error(frame, "gradax_weighted_sum_squares: out of memory");
-    Weighted* w = (Weighted*)job->data;
-    w->g = (void**)((char*)job->data + sizeof(Weighted));
-    w->a = w->g + n;
-    w->b = w->a + n;
-    w->partial = (double*)(((uintptr_t)(w->b + n) + 15) & ~(uintptr_t)15);
-    for (int64_t i = 0; i < n; ++i) {
-        w->g[i] = args[i];
-        w->a[i] = args[n + i];
-        w->b[i] = args[2 * n + i];
-    }
-    job->parts = parts_for(frame, row_offsets(job, args, n));
-    job->run = weighted_run;
-    run_job(frame, job);
-    float* out = data_of(frame->rets.rets[0]);
-    for (int64_t i = 0; i < n; ++i) {
-        double total = 0.0;
-        for (int k = 0; k < job->parts; ++k) total += w->partial[(size_t)k * (size_t)n + (size_t)i];
-        out[i] = (float)total;
-    }
-    release(job);
-    return NULL;
+/* sum of x_j^2 over a row, in 16 float32 lanes (vectorized) combined in float64 */
+static inline double row_sum_squares(const float* restrict x, int64_t C) {
+    float acc[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= C; j += 16)
+        for (int k = 0; k < 16; ++k) acc[k] += x[j + k] * x[j + k];
+    double total = 0.0;
+    for (int k = 0; k < 16; ++k) total += acc[k];
+    for (; j < C; ++j) total += (double)x[j] * x[j];
+    return total;
 }
 
-/* ---------------------------------------------------------------------------------------------------------- */
-/* p <- p - (((g x) y / div) lr) ps, in place */
-
+/* One matrix of the call: its operands, the factors and the partial sums of its passes. */
 typedef struct {
-    const float* scalars; /* [3n]: div, lr, ps of leaf i at 3i */
-    const float* b_first;
-    void **p, **g, **a, **b;
-} Apply;
+    float* p;
+    const float* g;
+    int64_t R, C;
+    int b_first;
+    float* row_stat;  /* [R]: the per-row statistic, updated in pass 1 */
+    float *a, *b;     /* [R], [C]: the factors */
+    double* cols;     /* [MAX_PARTS][C]: per part, the column sums of g^2 (of float32 sums over BLOCK_ROWS rows) */
+    double* wcols;    /* [MAX_PARTS][C]: per part, the column sums of g^2 / R_i (likewise) */
+    double* partial;  /* [MAX_PARTS]: per part, the sum of p^2 */
+    float beta, eps;
+    float div, lr, ps;
+} Matrix;
+
+/* float32 moving average of a mean of squares, as the chain computes it */
+static inline float moving(float old, float sum, float count, float beta, float eps) {
+    return beta * old + (1.0f - beta) * (sum / count + eps);
+}
+
+#define BLOCK_ROWS 8 /* rows whose column sums are added in float32 before the float64 accumulators */
+
+GRADAX_CLONES
+static double sums_span(const float* restrict g, const float* restrict p, int64_t C, float* restrict row_stat,
+                        double* restrict cols, double* restrict wcols, float beta, float eps, int64_t lo,
+                        int64_t hi) {
+    double params = 0.0;
+    for (int64_t i0 = lo; i0 < hi; i0 += BLOCK_ROWS) {
+        const int rows = hi - i0 < BLOCK_ROWS ? (int)(hi - i0) : BLOCK_ROWS;
+        float w[BLOCK_ROWS];
+        for (int k = 0; k < rows; ++k) {
+            int64_t i = i0 + k;
+            row_stat[i] = moving(row_stat[i], (float)row_sum_squares(g + i * C, C), (float)C, beta, eps);
+            w[k] = 1.0f / row_stat[i];
+            params += row_sum_squares(p + i * C, C);
+        }
+        const float* restrict block = g + i0 * C; /* its rows are still in the first- or second-level cache */
+        int64_t j0 = 0;
+        for (; j0 + 64 <= C; j0 += 64) {
+            float sq[64] = {0}, weighted[64] = {0};
+            for (int k = 0; k < rows; ++k) {
+                const float* restrict x = block + k * C + j0;
+                const float wk = w[k];
+                for (int j = 0; j < 64; ++j) {
+                    float x2 = x[j] * x[j];
+                    sq[j] += x2;
+                    weighted[j] += x2 * wk;
+                }
+            }
+            for (int j = 0; j < 64; ++j) {
+                cols[j0 + j] += sq[j];
+                wcols[j0 + j] += weighted[j];
+            }
+        }
+        for (; j0 < C; ++j0)
+            for (int k = 0; k < rows; ++k) {
+                double x2 = (double)block[k * C + j0] * block[k * C + j0];
+                cols[j0] += x2;
+                wcols[j0] += x2 * w[k];
+            }
+    }
+    return params;
+}
+
+static void sums_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
+    (void)leaf;
+    Matrix* m = (Matrix*)job->data;
+    size_t at = (size_t)part * (size_t)m->C;
+    m->partial[part] +=
+        sums_span(m->g, m->p, m->C, m->row_stat, m->cols + at, m->wcols + at, m->beta, m->eps, lo, hi);
+}
 
 GRADAX_CLONES
 static void apply_span(float* restrict p, const float* restrict g, const float* restrict a, const float* restrict b,
@@ -230,54 +132,134 @@ static void apply_span(float* restrict p, const float* restrict g, const float* 
 }
 
 static void apply_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
-    (void)part;
-    Apply* x = (Apply*)job->data;
-    const XLA_FFI_Buffer* g = (const XLA_FFI_Buffer*)x->g[leaf];
-    const float* s = x->scalars + 3 * leaf;
-    apply_span(data_of(x->p[leaf]), (const float*)g->data, data_of(x->a[leaf]), data_of(x->b[leaf]), cols_of(g),
-               x->b_first[leaf] != 0.0f, s[0], s[1], s[2], lo, hi);
+    (void)part, (void)leaf;
+    Matrix* m = (Matrix*)job->data;
+    apply_span(m->p, m->g, m->a, m->b, m->C, m->b_first, m->div, m->lr, m->ps, lo, hi);
 }
 
-XLA_FFI_Error* gradax_factored_apply(XLA_FFI_CallFrame* frame) {
+/* One pass over the rows of m, split over the pool (on the calling thread alone if no job can be allocated);
+ * returns the sum of the parts' partial sums and sets *parts_used. */
+static double pass(XLA_FFI_CallFrame* frame, Matrix* m, void (*run)(Job*, int, int64_t, int64_t, int64_t),
+                   int* parts_used) {
+    memset(m->partial, 0, MAX_PARTS * sizeof(double));
+    int parts = 1;
+    Job* job = new_job(1, 0);
+    if (job == NULL) {
+        Job alone;
+        memset(&alone, 0, sizeof(alone));
+        alone.data = m;
+        run(&alone, 0, 0, 0, m->R);
+    } else {
+        job->offset[0] = 0;
+        job->offset[1] = m->R;
+        job->parts = parts = parts_for(frame, m->R * m->C);
+        job->data = m; /* read by parts only: a task that starts late finds no part and touches nothing else */
+        job->run = run;
+        run_job(frame, job);
+        release(job);
+    }
+    double total = 0.0;
+    for (int k = 0; k < parts; ++k) total += m->partial[k];
+    if (parts_used != NULL) *parts_used = parts;
+    return total;
+}
+
+/* factor[k] = (stat[k] / mean(stat))^-1/2 when normalized, else stat[k]^-1/2; returns the mean (1 when not
+ * normalized) */
+static float factors(const float* stat, int64_t size, int normalized, float* factor) {
+    float mean = 1.0f;
+    if (normalized) {
+        double total = 0.0;
+        for (int64_t k = 0; k < size; ++k) total += stat[k];
+        mean = (float)(total / (double)size);
+    }
+    for (int64_t k = 0; k < size; ++k) factor[k] = 1.0f / sqrtf(normalized ? stat[k] / mean : stat[k]);
+    return mean;
+}
+
+/* The whole step of one matrix; 0 when out of memory. */
+static int step_matrix(XLA_FFI_CallFrame* frame, Matrix* m, float* col_stat, const float* s) {
+    const float clip = s[2];
+    size_t R = (size_t)m->R, C = (size_t)m->C;
+    char* scratch = (char*)calloc(1, (MAX_PARTS * (1 + 2 * C)) * sizeof(double) + (R + C) * sizeof(float));
+    if (scratch == NULL) return 0;
+    m->partial = (double*)scratch;
+    m->cols = m->partial + MAX_PARTS;
+    m->wcols = m->cols + MAX_PARTS * C;
+    m->a = (float*)(m->wcols + MAX_PARTS * C);
+    m->b = m->a + R;
+    m->beta = s[0];
+    m->eps = s[1];
+    int parts = 1;
+    double param_squares = pass(frame, m, sums_run, &parts);
+    /* the column statistics, and sum_i g_ij^2 / R_i per column (into cols[0..C) and wcols[0..C)) */
+    for (size_t j = 0; j < C; ++j) {
+        double total = 0.0, weighted = 0.0;
+        for (int k = 0; k < parts; ++k) {
+            total += m->cols[(size_t)k * C + j];
+            weighted += m->wcols[(size_t)k * C + j];
+        }
+        col_stat[j] = moving(col_stat[j], (float)total, (float)R, m->beta, m->eps);
+        m->wcols[j] = weighted;
+    }
+    float row_mean = factors(m->row_stat, m->R, !m->b_first, (float*)m->a);
+    factors(col_stat, m->C, m->b_first, (float*)m->b);
+    float size = (float)(m->R * m->C);
+    m->div = 1.0f;
+    if (clip > 0.0f) { /* sum_ij g_ij^2 a_i^2 b_j^2, with a_i^2 = row_mean / R_i */
+        double total = 0.0;
+        for (size_t j = 0; j < C; ++j) total += m->wcols[j] * ((double)m->b[j] * m->b[j]);
+        float rms = sqrtf((float)(total * row_mean) / size);
+        m->div = fmaxf(1.0f, rms / clip);
+    }
+    m->ps = 1.0f;
+    if (s[4] != 0.0f) {
+        float root = sqrtf((float)param_squares / size);
+        m->ps = root <= 1e-3f ? 1e-3f : root;
+    }
+    m->lr = s[3];
+    pass(frame, m, apply_run, NULL);
+    free(scratch);
+    return 1;
+}
+
+XLA_FFI_Error* gradax_adafactor_matrices(XLA_FFI_CallFrame* frame) {
     if (answer_metadata(frame)) return NULL;
     if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
     int64_t nargs = frame->args.size;
-    if (nargs < 2 || (nargs - 2) % 4 != 0 || frame->rets.size != (nargs - 2) / 4)
-        return make_error(frame, "gradax_factored_apply: expected 2 + 4n operands and n results");
+    if (nargs < 2 || (nargs - 2) % 4 != 0 || frame->rets.size != 3 * ((nargs - 2) / 4))
+        return make_error(frame, "gradax_adafactor_matrices: expected 2 + 4n operands and 3n results");
     int64_t n = (nargs - 2) / 4;
     void** args = frame->args.args;
+    void** rets = frame->rets.rets;
     for (int64_t i = 0; i < nargs; ++i)
-        if (!is_buffer(frame, i)) return make_error(frame, "gradax_factored_apply: operands must be buffers");
-    if (!vector_of((XLA_FFI_Buffer*)args[0], 3 * n) || !vector_of((XLA_FFI_Buffer*)args[1], n))
-        return make_error(frame, "gradax_factored_apply: expected float32[3n] scalars and float32[n] orders");
-    if (n == 0) return NULL;
-    size_t slots = (size_t)n;
-    Job* job = new_job(n, sizeof(Apply) + slots * 4 * sizeof(void*));
-    if (job == NULL) return make_error(frame, "gradax_factored_apply: out of memory");
-    Apply* x = (Apply*)job->data;
-    x->scalars = data_of(args[0]);
-    x->b_first = data_of(args[1]);
-    x->p = (void**)((char*)job->data + sizeof(Apply));
-    x->g = x->p + n;
-    x->a = x->g + n;
-    x->b = x->a + n;
+        if (!is_buffer(frame, i)) return make_error(frame, "gradax_adafactor_matrices: operands must be buffers");
+    if (!vector_of((XLA_FFI_Buffer*)args[0], 5) || !vector_of((XLA_FFI_Buffer*)args[1], n))
+        return make_error(frame, "gradax_adafactor_matrices: expected float32[5] scalars and float32[n] orders");
     for (int64_t i = 0; i < n; ++i) {
-        XLA_FFI_Buffer *p = args[2 + i], *g = args[2 + n + i], *ret = frame->rets.rets[i];
+        XLA_FFI_Buffer *p = args[2 + i], *g = args[2 + n + i];
         if (!matrix(p) || !matrix(g) || rows_of(p) != rows_of(g) || cols_of(p) != cols_of(g) ||
             !vector_of((XLA_FFI_Buffer*)args[2 + 2 * n + i], rows_of(g)) ||
-            !vector_of((XLA_FFI_Buffer*)args[2 + 3 * n + i], cols_of(g))) {
-            free(job);
-            return make_error(frame, "gradax_factored_apply: expected float32 params and grads [R, C], a [R], b [C]");
-        }
-        in_place(p->data, ret->data, num_elements(p), sizeof(float));
-        x->p[i] = ret; /* updated in its result buffer (aliased to the params) */
-        x->g[i] = g;
-        x->a[i] = args[2 + 2 * n + i];
-        x->b[i] = args[2 + 3 * n + i];
+            !vector_of((XLA_FFI_Buffer*)args[2 + 3 * n + i], cols_of(g)))
+            return make_error(frame, "gradax_adafactor_matrices: expected float32 params and grads [R, C], "
+                                     "statistics [R] and [C]");
     }
-    job->parts = parts_for(frame, row_offsets(job, x->g, n));
-    job->run = apply_run;
-    run_job(frame, job);
-    release(job);
+    const float* scalars = data_of(args[0]);
+    const float* b_first = data_of(args[1]);
+    for (int64_t i = 0; i < n; ++i) {
+        XLA_FFI_Buffer *p = args[2 + i], *g = args[2 + n + i];
+        Matrix m;
+        memset(&m, 0, sizeof(m));
+        m.R = rows_of(g);
+        m.C = cols_of(g);
+        if (m.R * m.C == 0) continue;
+        m.p = in_place(p->data, data_of(rets[i]), m.R * m.C, sizeof(float));
+        m.g = (const float*)g->data;
+        m.b_first = b_first[i] != 0.0f;
+        m.row_stat = in_place(data_of(args[2 + 2 * n + i]), data_of(rets[n + i]), m.R, sizeof(float));
+        float* col_stat = in_place(data_of(args[2 + 3 * n + i]), data_of(rets[2 * n + i]), m.C, sizeof(float));
+        if (!step_matrix(frame, &m, col_stat, scalars))
+            return make_error(frame, "gradax_adafactor_matrices: out of memory");
+    }
     return NULL;
 }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
@@ -13,7 +12,6 @@ from jax.typing import ArrayLike
 from .. import _kernels
 from .._base import MaskOrFn, Params, ScalarOrSchedule, Updates
 from .._hyperparams import as_value
-from .._numerics import _safe_sqrt
 from .._update import apply_updates
 from ..optimizers._adafactor import FactoredState, _decay_rate_pow, factored_dims
 from ..optimizers._adafactor import adafactor as _adafactor
@@ -125,45 +123,26 @@ def adafactor(
         for out, x in zip((new_rows, new_cols, new_vs), new_sub[0][1:], strict=True):
             put(out, others, x)
 
-        # the factored matrices: three passes, the statistics in jnp between them
-        beta = jnp.asarray(as_value(_decay_rate_pow(fstate.count - decay_offset, decay_rate)), jnp.float32)
-        e = jnp.asarray(as_value(eps), jnp.float32)
-        mats = take(g_leaves, picked)
-        row_sums, col_sums = _kernels.row_col_sum_squares(mats)  # over axis 1 (length R), over axis 0 (length C)
-        a_list, b_list, b_first = [], [], []
-        for k, i in enumerate(picked):
-            shape = p_leaves[i].shape
-            d1, d0 = dims_of(p_leaves[i])
-            sums = {1: row_sums[k], 0: col_sums[k]}  # the sum over axis a has the shape without a
-            row_mean = sums[d0] / shape[d0] + e
-            col_mean = sums[d1] / shape[d1] + e
-            new_row = beta * rows[i] + (1.0 - beta) * row_mean
-            new_col = beta * cols[i] + (1.0 - beta) * col_mean
-            row_factor = (new_row / jnp.mean(new_row)) ** -0.5  # the shape without d0
-            col_factor = new_col**-0.5  # the shape without d1
-            new_rows[i], new_cols[i], new_vs[i] = new_row, new_col, jnp.zeros((1,), vs[i].dtype)
-            # u = g * expand(row_factor, d0) * expand(col_factor, d1): per column and per row of the matrix
-            first_is_column = d0 == 0
-            a_list.append(col_factor if first_is_column else row_factor)  # per row (length R)
-            b_list.append(row_factor if first_is_column else col_factor)  # per column (length C)
-            b_first.append(float(first_is_column))
-        sizes = jnp.asarray([math.prod(p_leaves[i].shape) for i in picked], jnp.float32)
-        one = jnp.ones([len(picked)], jnp.float32)
-        div = one
-        if clipping_threshold is not None:
-            rms = jnp.sqrt(_kernels.weighted_sum_squares(mats, a_list, b_list) / sizes)
-            div = jnp.maximum(1.0, rms / jnp.asarray(as_value(clipping_threshold), jnp.float32))
-        lr = one
-        if lr_tx is not None:
-            lr = one * lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0]
-        ps = one
-        if multiply_by_parameter_scale:
-            ps = _safe_sqrt(_kernels.sum_squares(take(p_leaves, picked)) / sizes, _MIN_PARAM_SCALE)
-        scalars = jnp.stack([div, lr, ps], axis=1).reshape(-1)
-        updated = _kernels.factored_apply(
-            scalars, jnp.asarray(b_first, jnp.float32), take(p_leaves, picked), mats, a_list, b_list
+        # the factored matrices, one after the other in one kernel: the statistics of a matrix averaged over its
+        # axis d0 (v_row) are normalized by their mean; b_first where that axis is 0 (the per-column statistics)
+        b_first = [dims_of(p_leaves[i])[1] == 0 for i in picked]
+        per_row = [cols[i] if first else rows[i] for i, first in zip(picked, b_first, strict=True)]
+        per_col = [rows[i] if first else cols[i] for i, first in zip(picked, b_first, strict=True)]
+        beta = as_value(_decay_rate_pow(fstate.count - decay_offset, decay_rate))
+        lr = 1.0 if lr_tx is None else lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0]
+        clip = 0.0 if clipping_threshold is None else as_value(clipping_threshold)
+        values = dict(
+            beta=beta, eps=as_value(eps), clipping_threshold=clip, learning_rate=lr,
+            parameter_scale=float(multiply_by_parameter_scale),
+        )  # fmt: skip
+        scalars = jnp.stack([jnp.asarray(values[k], jnp.float32) for k in _kernels.ADAFACTOR_SCALARS])
+        updated, row_out, col_out = _kernels.adafactor_matrices(
+            scalars, jnp.asarray(b_first, jnp.float32), take(p_leaves, picked), take(g_leaves, picked), per_row, per_col
         )
         put(new_p, picked, updated)
+        for i, first, r, c in zip(picked, b_first, row_out, col_out, strict=True):
+            new_rows[i], new_cols[i] = (c, r) if first else (r, c)
+            new_vs[i] = jnp.zeros((1,), vs[i].dtype)
 
         new_factored = FactoredState(new_sub[0].count, *(treedef.unflatten(x) for x in (new_rows, new_cols, new_vs)))
         return treedef.unflatten(new_p), (new_factored, *new_sub[1:])

@@ -260,8 +260,8 @@ def adafactor_matrices(
     scalars: jax.Array, b_first: jax.Array, params: list, grads: list, row_stats: list, col_stats: list
 ) -> tuple[list, list, list]:
     """The factored second moments and the parameters of float32 matrices ``[R, C]``, in place, matrix by matrix
-    (three passes each: row and column sums of squares with the parameters' sum of squares, the clipping norm, the
-    update): returns the new params, per-row statistics (float32[R]) and per-column statistics (float32[C]).
+    (two passes each: the row and column sums of squares with the parameters' sum of squares and the clipping norm,
+    then the update): returns the new params, per-row statistics (float32[R]) and per-column statistics (float32[C]).
 
     ``scalars`` is float32[len(ADAFACTOR_SCALARS)] (a clipping threshold of 0: no clipping; a parameter scale of 1:
     multiply by the parameters' RMS, at least 1e-3). ``b_first`` is float32[n], 1 where the normalized factor is

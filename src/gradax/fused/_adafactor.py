@@ -1,4 +1,4 @@
-"""gradax.fused.adafactor: Adafactor whose ``step`` takes three passes over each factored matrix on the CPU."""
+"""gradax.fused.adafactor: Adafactor whose ``step`` takes two passes over each factored matrix on the CPU."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def adafactor(
     factored: bool = True,
     weight_decay_mask: MaskOrFn = None,
 ) -> FusedGradientTransformation:
-    r"""Adafactor with a ``step`` that updates each factored float32 matrix in three passes on the CPU.
+    r"""Adafactor with a ``step`` that updates each factored float32 matrix in two passes on the CPU.
 
     .. math::
       R_t = \hat\beta_t R_{t-1} + (1-\hat\beta_t)\,\mathrm{mean}_{\text{largest axis}}(g^2 + \epsilon), \quad
@@ -46,9 +46,10 @@ def adafactor(
     ``init`` and ``update`` are those of ``gradax.adafactor(...)``: same state, same updates.
     ``step(params, state, grads)`` returns ``(new_params, new_state)`` (arguments in the order of the results:
     donate them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend, each float32 matrix whose
-    second moment is factored takes three passes over its gradient (the row and column sums of squares in one, the
-    squared norm of the update for the clipping, then the update in place) where XLA takes five; the row and column
-    statistics are computed in jnp between them, and every other leaf goes through ``update`` itself. The results
+    second moment is factored takes two passes over its gradient where XLA takes five, one matrix after the other:
+    the row and column sums of squares, with the parameters' sum of squares and the squared norm of the update for
+    the clipping (which factors through the row statistics), then the update in place, which finds the matrix
+    still in the last-level cache when it fits there. Every other leaf goes through ``update`` itself. The results
     match ``update`` + ``apply_updates`` to float32 rounding (the sums are accumulated in float64). With
     ``momentum`` or ``weight_decay_rate``, on GPU, under a GSPMD-sharded ``jit``, under ``jax_enable_x64`` or
     without a C compiler ``step`` is ``update`` followed by ``apply_updates``, and so are ``vmap`` and autodiff.

@@ -360,3 +360,38 @@ def test_cache_dir(monkeypatch, tmp_path):
     blocker.write_text("not a directory")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # cannot hold a cache: a temporary directory instead
     assert str(_kernels._cache_dir()).startswith(tempfile.gettempdir())
+
+
+FLAT_SHAPES = ((33,), (7, 5), (300, 257), (), *[(3, 2)] * _kernels.LEAVES_PER_CALL)  # over the call split
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler: the fused kernel is not built here")
+@pytest.mark.parametrize("name", ["plain", "mask_fn", "schedules_clip"])
+def test_flatten_step_matches_update_then_apply(name):
+    """gradax.flatten(gradax.fused.adamw(...)): one flat vector per moment (flatten's own state), the params and
+    grads left as leaves; every kernel call after the first starts inside the flat moments."""
+    kwargs = {"plain": dict(learning_rate=1e-2, weight_decay=0.1, nesterov=True), **CONFIGS}[name]
+    params, grads = _tree(0, FLAT_SHAPES), _tree(1, FLAT_SHAPES)
+    opt = gradax.flatten(gradax.fused.adamw(**kwargs))
+    state = opt.init(params)
+    hlo = jax.jit(opt.step, donate_argnums=(0, 1)).lower(params, state, grads).compile().as_text()
+    assert hlo.count('custom_call_target="gradax_adamw_flat_step"') == 2
+    total = sum(int(np.prod(s)) for s in FLAT_SHAPES)
+    assert not [x for x in hlo.splitlines() if " copy(" in x and "[] copy(" not in x]  # in place (scalars aside)
+    assert not [x for x in hlo.splitlines() if "concatenate(" in x and f"f32[{total}]" in x]  # no flat params, grads
+    got = _run(opt, params, grads, 3, fused=True)
+    want = _run(gradax.flatten(_reference_opt(kwargs)), params, grads, 3, fused=False)
+    _assert_close(got, want, rtol=1e-5 if "max_grad_norm" in kwargs else 2e-6)
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler: the fused kernel is not built here")
+def test_flatten_step_falls_back_to_update_then_apply():
+    """Leaves of two dtypes (flatten promotes them) or 8-bit moments: gradax.flatten's update + apply_updates."""
+    mixed = {**_tree(0), "h": jnp.ones(3, jnp.bfloat16)}
+    for opt, params in (
+        (gradax.flatten(gradax.fused.adamw(1e-2, weight_decay=0.1)), mixed),
+        (gradax.flatten(gradax.fused.adamw(1e-2, moments="8bit")), _tree(0)),
+    ):
+        assert "gradax_adamw" not in jax.jit(opt.step).lower(params, opt.init(params), params).as_text()
+        _assert_close(_run(opt, params, params, 2, fused=True), _run(opt, params, params, 2, fused=False), 0, 0)
+    check_usual_error(gradax.flatten(gradax.fused.adamw(1e-2)))

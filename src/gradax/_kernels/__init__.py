@@ -23,6 +23,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import jaxlib
+import numpy as np
 
 from .._quantization import BlockQuantized
 
@@ -168,24 +169,28 @@ def _chunks(n: int, size: int) -> list[slice]:
 PER_LEAF = "per_leaf"  # a result spec: one float32 per leaf, the chunks' vectors concatenated
 
 
-def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL):
-    """``target`` called once per ``size`` leaves: the operands are ``head(chunk)`` (a slice of leaf indices) then
-    each of ``groups`` (lists of per-leaf arrays, one entry per leaf) sliced to the chunk, group after group.
+def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL, carry=()):
+    """``target`` called once per ``size`` leaves: the operands are ``head(chunk)`` (a slice of leaf indices), then
+    the ``carry`` arrays, then each of ``groups`` (lists of per-leaf arrays, one entry per leaf) sliced to the chunk,
+    group after group. The first results are the new ``carry`` (aliased, in place), handed to the next call.
 
     ``results`` says what comes back, one entry per result group: an int ``k`` (each leaf's result takes the
     shape, dtype and buffer of its operand in ``groups[k]``: in place), a function of the leaf's first-group
     operand giving a ``ShapeDtypeStruct``, or :data:`PER_LEAF`. Returns one list per result group (a float32 vector
-    for :data:`PER_LEAF`).
+    for :data:`PER_LEAF`), then the final ``carry`` when there is one.
     """
     status = load()  # registers the targets with XLA on first use
     if not status.available:
         raise RuntimeError(f"gradax's CPU kernels are not available: {status.reason}")
     outs: list = [[] for _ in results]
+    carry = list(carry)
     for part in _chunks(len(groups[0]), size):
         lead = list(head(part))
         chunk = [group[part] for group in groups]
         n = part.stop - part.start
-        shapes, aliases = [], {}
+        aliases = {len(lead) + k: k for k in range(len(carry))}
+        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in carry]
+        lead += carry
         for spec in results:
             if spec is PER_LEAF:
                 shapes.append(jax.ShapeDtypeStruct((n,), jnp.float32))
@@ -197,12 +202,13 @@ def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL):
         out = jax.ffi.ffi_call(target, shapes, input_output_aliases=aliases or None)(
             *lead, *(x for group in chunk for x in group)
         )
-        start = 0
+        carry, start = list(out[: len(carry)]), len(carry)
         for k, spec in enumerate(results):
             width = 1 if spec is PER_LEAF else n
             outs[k] += out[start : start + width]
             start += width
-    return [jnp.concatenate(o) if spec is PER_LEAF else o for o, spec in zip(outs, results, strict=True)]
+    outs = [jnp.concatenate(o) if spec is PER_LEAF else o for o, spec in zip(outs, results, strict=True)]
+    return outs + carry
 
 
 def adamw_step(
@@ -216,6 +222,21 @@ def adamw_step(
     """
     head = lambda part: (scalars, weight_decay[part])  # noqa: E731
     return tuple(_call_per_leaves("gradax_adamw_step", head, [params, grads, mu, nu], [0, 2, 3]))
+
+
+def adamw_flat_step(
+    scalars: jax.Array, weight_decay: jax.Array, mu: jax.Array, nu: jax.Array, params: list, grads: list
+) -> tuple[list, jax.Array, jax.Array]:
+    """:func:`adamw_step` where the moments are two flat float32 vectors (``gradax.flatten``'s state): leaf ``i``'s
+    moments are the slice after leaf ``i - 1``'s. Returns the new params and the two flat moments (aliased)."""
+    offsets = np.cumsum([0] + [int(np.prod(jnp.shape(p))) for p in params])
+
+    def head(part):  # where the chunk's first leaf starts in the flat moments, as int32[2] (low 31 bits, rest)
+        start = int(offsets[part.start])
+        return (scalars, weight_decay[part], jnp.asarray([start & 0x7FFFFFFF, start >> 31], jnp.int32))
+
+    new_p, mu, nu = _call_per_leaves("gradax_adamw_flat_step", head, [params, grads], [0], carry=(mu, nu))
+    return new_p, mu, nu
 
 
 def adamw8_step(

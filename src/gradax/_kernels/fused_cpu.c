@@ -10,6 +10,8 @@
  *   rets[i]        new params i, rets[n+i] new first moment i, rets[2n+i] new second moment i
  * The results alias the params and moments operands (input_output_aliases), so the update is in place.
  *
+ * gradax_adamw_flat_step: the same step where the moments are slices of two flat vectors (see below).
+ *
  * gradax_adamw8_step: the same step with block-wise 8-bit moments (see its operands below): 16 bytes per parameter.
  *
  * gradax_sum_squares: args[i] float32 or bfloat16 leaves; rets[0] float32[n], the sum of squares of each leaf.
@@ -146,6 +148,54 @@ static void adamw_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) 
                    hi);
 }
 
+/* Whether args[0] and args[1] are the float32 scalars and the n weight decays. */
+static int adamw_head(void** args, int64_t n) {
+    return dtype_of(args[0]) == XLA_FFI_DataType_F32 && num_elements((XLA_FFI_Buffer*)args[0]) == NS &&
+           dtype_of(args[1]) == XLA_FFI_DataType_F32 && num_elements((XLA_FFI_Buffer*)args[1]) == n;
+}
+
+/* A job for n leaves with the scalars and weight decays of args[0] and args[1]; the leaves are set by adamw_leaf. */
+static Job* adamw_job(int64_t n, void** args) {
+    size_t ptrs = (size_t)(n > 0 ? n : 1) * sizeof(void*);
+    size_t wd_bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    Job* job = new_job(n, sizeof(AdamW) + 4 * ptrs + wd_bytes + (size_t)(n > 0 ? n : 1));
+    if (job == NULL) return NULL;
+    AdamW* a = (AdamW*)job->data;
+    char* cursor = (char*)job->data + sizeof(AdamW);
+    a->p = (void**)cursor; a->g = (void**)(cursor + ptrs);
+    a->m = (float**)(cursor + 2 * ptrs); a->v = (float**)(cursor + 3 * ptrs);
+    a->wd = (float*)(cursor + 4 * ptrs);
+    a->bf16 = (uint8_t*)(cursor + 4 * ptrs + wd_bytes);
+    memcpy(a->s, data_of(args[0]), sizeof(a->s));
+    memcpy(a->wd, data_of(args[1]), (size_t)n * sizeof(float));
+    job->offset[0] = 0;
+    return job;
+}
+
+/* Leaf i's params (updated in ret, in place) and grads, and its end in job->offset; an error message or NULL. */
+static const char* adamw_leaf(Job* job, int64_t i, void* p, void* g, void* ret) {
+    AdamW* a = (AdamW*)job->data;
+    int64_t size = num_elements((XLA_FFI_Buffer*)p);
+    XLA_FFI_DataType t = dtype_of(p);
+    if ((t != XLA_FFI_DataType_F32 && t != XLA_FFI_DataType_BF16) || dtype_of(g) != t)
+        return "gradax_adamw_step: params and grads must be float32 or bfloat16 (alike), the moments float32";
+    if (num_elements((XLA_FFI_Buffer*)g) != size) return "gradax_adamw_step: params and grads differ in size";
+    size_t item = t == XLA_FFI_DataType_BF16 ? sizeof(uint16_t) : sizeof(float);
+    a->bf16[i] = t == XLA_FFI_DataType_BF16;
+    a->p[i] = in_place(((XLA_FFI_Buffer*)p)->data, ((XLA_FFI_Buffer*)ret)->data, size, item);
+    a->g[i] = ((XLA_FFI_Buffer*)g)->data;
+    job->offset[i + 1] = job->offset[i] + size;
+    return NULL;
+}
+
+static XLA_FFI_Error* adamw_go(XLA_FFI_CallFrame* frame, Job* job) {
+    job->parts = parts_for(frame, job->offset[job->n]);
+    job->run = adamw_run;
+    run_job(frame, job);
+    release(job);
+    return NULL;
+}
+
 XLA_FFI_Error* gradax_adamw_step(XLA_FFI_CallFrame* frame) {
     if (answer_metadata(frame)) return NULL;
     if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
@@ -157,50 +207,71 @@ XLA_FFI_Error* gradax_adamw_step(XLA_FFI_CallFrame* frame) {
     int64_t n = (nargs - 2) / 4;
     void** args = frame->args.args;
     void** rets = frame->rets.rets;
-    if (dtype_of(args[0]) != XLA_FFI_DataType_F32 || num_elements((XLA_FFI_Buffer*)args[0]) != NS ||
-        dtype_of(args[1]) != XLA_FFI_DataType_F32 || num_elements((XLA_FFI_Buffer*)args[1]) != n)
+    if (!adamw_head(args, n))
         return make_error(frame, "gradax_adamw_step: wrong number or dtype of scalars or weight decays");
-    size_t ptrs = (size_t)(n > 0 ? n : 1) * sizeof(void*);
-    size_t wd_bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
-    Job* job = new_job(n, sizeof(AdamW) + 4 * ptrs + wd_bytes + (size_t)(n > 0 ? n : 1));
+    Job* job = adamw_job(n, args);
     if (job == NULL) return make_error(frame, "gradax_adamw_step: out of memory");
     AdamW* a = (AdamW*)job->data;
-    char* cursor = (char*)job->data + sizeof(AdamW);
-    a->p = (void**)cursor; a->g = (void**)(cursor + ptrs);
-    a->m = (float**)(cursor + 2 * ptrs); a->v = (float**)(cursor + 3 * ptrs);
-    a->wd = (float*)(cursor + 4 * ptrs);
-    a->bf16 = (uint8_t*)(cursor + 4 * ptrs + wd_bytes);
-    memcpy(a->s, data_of(args[0]), sizeof(a->s));
-    memcpy(a->wd, data_of(args[1]), (size_t)n * sizeof(float));
-    job->offset[0] = 0;
     for (int64_t i = 0; i < n; ++i) {
-        void *p = args[2 + i], *g = args[2 + n + i], *m = args[2 + 2 * n + i], *v = args[2 + 3 * n + i];
-        int64_t size = num_elements((XLA_FFI_Buffer*)p);
-        XLA_FFI_DataType t = dtype_of(p);
-        if ((t != XLA_FFI_DataType_F32 && t != XLA_FFI_DataType_BF16) || dtype_of(g) != t ||
-            dtype_of(m) != XLA_FFI_DataType_F32 || dtype_of(v) != XLA_FFI_DataType_F32) {
+        void *m = args[2 + 2 * n + i], *v = args[2 + 3 * n + i];
+        const char* error = adamw_leaf(job, i, args[2 + i], args[2 + n + i], rets[i]);
+        if (error == NULL && (dtype_of(m) != XLA_FFI_DataType_F32 || dtype_of(v) != XLA_FFI_DataType_F32 ||
+                              num_elements((XLA_FFI_Buffer*)m) != job->offset[i + 1] - job->offset[i] ||
+                              num_elements((XLA_FFI_Buffer*)v) != job->offset[i + 1] - job->offset[i]))
+            error = "gradax_adamw_step: the moments must be float32 of the params' size";
+        if (error != NULL) {
             free(job);
-            return make_error(frame, "gradax_adamw_step: params and grads must be float32 or bfloat16 (alike), "
-                                     "the moments float32");
+            return make_error(frame, error);
         }
-        if (num_elements((XLA_FFI_Buffer*)g) != size || num_elements((XLA_FFI_Buffer*)m) != size ||
-            num_elements((XLA_FFI_Buffer*)v) != size) {
-            free(job);
-            return make_error(frame, "gradax_adamw_step: params, grads and moments differ in size");
-        }
-        size_t item = t == XLA_FFI_DataType_BF16 ? sizeof(uint16_t) : sizeof(float);
-        a->bf16[i] = t == XLA_FFI_DataType_BF16;
-        a->p[i] = in_place(((XLA_FFI_Buffer*)p)->data, ((XLA_FFI_Buffer*)rets[i])->data, size, item);
-        a->g[i] = ((XLA_FFI_Buffer*)g)->data;
+        int64_t size = job->offset[i + 1] - job->offset[i];
         a->m[i] = in_place(data_of(m), data_of(rets[n + i]), size, sizeof(float));
         a->v[i] = in_place(data_of(v), data_of(rets[2 * n + i]), size, sizeof(float));
-        job->offset[i + 1] = job->offset[i] + size;
     }
-    job->parts = parts_for(frame, job->offset[n]);
-    job->run = adamw_run;
-    run_job(frame, job);
-    release(job);
-    return NULL;
+    return adamw_go(frame, job);
+}
+
+/* gradax_adamw_flat_step: AdamW over leaves whose moments are slices of two flat vectors (gradax.flatten's state):
+ *   args[0] float32[NS] scalars, args[1] float32[n] weight decays, args[2] int32[2] where the first leaf starts in
+ *   the flat moments (low 31 bits, then the rest), args[3], args[4] float32[T] the flat first and second moments,
+ *   args[5+i] params leaf i, args[5+n+i] grads leaf i; leaf i's moments follow leaf i-1's.
+ *   rets[0], rets[1] the flat moments, rets[2+i] the params (all aliased). */
+XLA_FFI_Error* gradax_adamw_flat_step(XLA_FFI_CallFrame* frame) {
+    if (answer_metadata(frame)) return NULL;
+    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+    int64_t nargs = frame->args.size, nrets = frame->rets.size;
+    if (nargs < 5 || (nargs - 5) % 2 != 0 || nrets != 2 + (nargs - 5) / 2)
+        return make_error(frame, "gradax_adamw_flat_step: expected 5 + 2n operands and 2 + n results");
+    for (int64_t i = 0; i < nargs; ++i)
+        if (!is_buffer(frame, i)) return make_error(frame, "gradax_adamw_flat_step: every operand must be a buffer");
+    int64_t n = (nargs - 5) / 2;
+    void** args = frame->args.args;
+    void** rets = frame->rets.rets;
+    if (!adamw_head(args, n))
+        return make_error(frame, "gradax_adamw_flat_step: wrong number or dtype of scalars or weight decays");
+    XLA_FFI_Buffer *start = args[2], *m = args[3], *v = args[4];
+    int64_t total = num_elements(m);
+    if (start->dtype != XLA_FFI_DataType_S32 || num_elements(start) != 2 || dtype_of(m) != XLA_FFI_DataType_F32 ||
+        dtype_of(v) != XLA_FFI_DataType_F32 || num_elements(v) != total)
+        return make_error(frame, "gradax_adamw_flat_step: expected int32[2] start and float32[T] flat moments");
+    const int32_t* at = (const int32_t*)start->data;
+    int64_t first = (int64_t)at[0] + ((int64_t)at[1] << 31);
+    Job* job = adamw_job(n, args);
+    if (job == NULL) return make_error(frame, "gradax_adamw_flat_step: out of memory");
+    AdamW* a = (AdamW*)job->data;
+    float* m_flat = in_place(m->data, data_of(rets[0]), total, sizeof(float));
+    float* v_flat = in_place(v->data, data_of(rets[1]), total, sizeof(float));
+    for (int64_t i = 0; i < n; ++i) {
+        const char* error = adamw_leaf(job, i, args[5 + i], args[5 + n + i], rets[2 + i]);
+        if (error == NULL && first + job->offset[i + 1] > total)
+            error = "gradax_adamw_flat_step: the leaves run past the end of the flat moments";
+        if (error != NULL) {
+            free(job);
+            return make_error(frame, error);
+        }
+        a->m[i] = m_flat + first + job->offset[i];
+        a->v[i] = v_flat + first + job->offset[i];
+    }
+    return adamw_go(frame, job);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

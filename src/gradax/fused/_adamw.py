@@ -92,7 +92,9 @@ def adamw(
     float64). The kernel runs in a single-device process and inside ``shard_map``; with several devices under
     ``jit`` (GSPMD sharding), on GPU, for other dtypes, under ``jax_enable_x64`` or without a C compiler ``step`` is
     ``update`` followed by ``apply_updates``, which XLA partitions and fuses as usual, and so are ``vmap`` and
-    autodiff of ``step``.
+    autodiff of ``step``. For a tree of thousands of small leaves, ``gradax.flatten(gradax.fused.adamw(...))`` keeps
+    each moment as one flat vector (flatten's state) and its ``step`` runs the same kernel on slices of them: a
+    jitted step over a third as many arrays (float32 or bfloat16 leaves of one dtype, float32 moments).
 
     Args:
       learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
@@ -135,12 +137,11 @@ def adamw(
     reference = reference_step(tx.update)
     tail = DecayAndRate("fused.adamw", learning_rate, weight_decay, mask)
 
-    def kernel_step(plan: _Plan, params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+    def scalars_at(state: Any, g_leaves: list, mask_params: Any, mask_treedef: Any) -> tuple:
+        """The kernels' step scalars, the decay flags (per leaf of ``mask_treedef``), the new step count and the
+        new decay and learning-rate states."""
         adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
-        p_leaves, treedef = jax.tree.flatten(params)
-        g_leaves, m_leaves, v_leaves = (treedef.flatten_up_to(t) for t in (grads, adam_state.mu, adam_state.nu))
-        neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, params, treedef)
-
+        neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, mask_params, mask_treedef)
         count_inc = safe_int32_increment(adam_state.count)
         a = AdamScalars.at(b1, b2, eps, eps_root, count_inc, nesterov)
         grad_scale = jnp.ones([], jnp.float32)
@@ -152,7 +153,17 @@ def adamw(
         named.update(c2=a.correction2, eps=a.eps, eps_root=a.eps_root, neg_lr=neg_lr, grad_scale=grad_scale)
         named.update(nesterov=float(nesterov))
         scalars = jnp.stack([jnp.asarray(named[k], jnp.float32) for k in _kernels.ADAMW_SCALARS])
-        rates = rate * decayed  # the kernel decays a leaf whose rate is not 0
+        return scalars, rate * decayed, count_inc, new_decay, new_lr  # the kernel decays where the rate is not 0
+
+    def new_state(state: Any, count: jax.Array, mu: Any, nu: Any, new_decay: Any, new_lr: Any) -> Any:
+        new_inner = (ScaleByAdamState(count=count, mu=mu, nu=nu), new_decay, new_lr)
+        return new_inner if max_grad_norm is None else (state[0], new_inner)
+
+    def kernel_step(plan: _Plan, params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        adam_state = (state if max_grad_norm is None else state[1])[0]
+        p_leaves, treedef = jax.tree.flatten(params)
+        g_leaves, m_leaves, v_leaves = (treedef.flatten_up_to(t) for t in (grads, adam_state.mu, adam_state.nu))
+        scalars, rates, count_inc, new_decay, new_lr = scalars_at(state, g_leaves, params, treedef)
 
         new_p, new_m, new_v = list(p_leaves), list(m_leaves), list(v_leaves)
         for index, call, extra in (
@@ -167,9 +178,45 @@ def adamw(
             for out, group in zip((new_p, new_m, new_v), results, strict=True):
                 put(out, index, group)
 
-        new_adam = ScaleByAdamState(count=count_inc, mu=treedef.unflatten(new_m), nu=treedef.unflatten(new_v))
-        new_inner = (new_adam, new_decay, new_lr)
-        return treedef.unflatten(new_p), new_inner if max_grad_norm is None else (state[0], new_inner)
+        mu, nu = treedef.unflatten(new_m), treedef.unflatten(new_v)
+        return treedef.unflatten(new_p), new_state(state, count_inc, mu, nu, new_decay, new_lr)
+
+    def flat_kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        adam_state = (state if max_grad_norm is None else state[1])[0]
+        p_leaves, treedef = jax.tree.flatten(params)
+        g_leaves = treedef.flatten_up_to(grads)
+        # gradax.flatten's inner transformation sees (and masks) one vector
+        vector = jax.ShapeDtypeStruct(adam_state.mu.shape, p_leaves[0].dtype)
+        scalars, rates, count_inc, new_decay, new_lr = scalars_at(state, g_leaves, vector, jax.tree.structure(0))
+        rates = jnp.broadcast_to(rates, (len(p_leaves),))
+        new_p, mu, nu = _kernels.adamw_flat_step(scalars, rates, adam_state.mu, adam_state.nu, p_leaves, g_leaves)
+        return treedef.unflatten(new_p), new_state(state, count_inc, mu, nu, new_decay, new_lr)
+
+    def flat_step(params: Params, state: Any, grads: Updates, reference: Any) -> tuple[Params, Any]:
+        """``step`` of ``gradax.flatten(this)`` (whose state is this optimizer's for one flat vector), with its
+        ``update`` + ``apply_updates`` as ``reference``: params and grads stay leaves, the moments are slices of
+        the flat vectors; no concatenation."""
+        if not kernel_applies():
+            return reference(params, state, grads)
+        adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
+        p_leaves, treedef = jax.tree.flatten(params)
+        try:
+            g_leaves = treedef.flatten_up_to(grads)
+        except (ValueError, TypeError):
+            return reference(params, state, grads)  # raises the usual, explicit error
+        total = sum(int(np.prod(jnp.shape(p))) for p in p_leaves)
+        dtypes = {getattr(x, "dtype", None) for x in p_leaves + g_leaves}
+        flat_moments = all(
+            isinstance(x, jax.Array | jax.core.Tracer) and x.shape == (total,) and x.dtype == jnp.float32
+            for x in (adam_state.mu, adam_state.nu)
+        )
+        same = all(jnp.shape(p) == jnp.shape(g) for p, g in zip(p_leaves, g_leaves, strict=True))
+        scalar = tail.scalar(decay_state, lr_state)
+        if max_grad_norm is not None:
+            scalar = scalar and jax.eval_shape(lambda: as_value(max_grad_norm)).shape == ()
+        if not (p_leaves and len(dtypes) == 1 and dtypes <= set(_DENSE) and flat_moments and same and scalar):
+            return reference(params, state, grads)
+        return with_reference(flat_kernel_step, reference)(params, state, grads)
 
     def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         if not kernel_applies():
@@ -188,7 +235,7 @@ def adamw(
             return reference(params, state, grads)
         return with_reference(functools.partial(kernel_step, plan), reference)(params, state, grads)
 
-    return FusedGradientTransformation(tx.init, tx.update, step)
+    return FusedGradientTransformation(tx.init, tx.update, step, flat_step=flat_step)
 
 
 # inject_hyperparams(adamw)(...) builds a FusedGradientTransformation with the injected step

@@ -31,14 +31,16 @@ class FusedGradientTransformation(GradientTransformationExtraArgs):
         moments would make XLA copy every leaf).
     """
 
-    def __new__(cls, init: Callable, update: Callable, step: Callable | None = None):
+    def __new__(cls, init: Callable, update: Callable, step: Callable | None = None, flat_step: Callable | None = None):
         self = super().__new__(cls, init, update)
         if step is not None:
             self.__dict__["_fused_step"] = step
+        if flat_step is not None:  # flat_step(params, state, grads, reference): the step of gradax.flatten(self)
+            self.__dict__["_flat_step"] = flat_step
         return self
 
     def __getnewargs__(self):
-        return (self.init, self.update, self.__dict__.get("_fused_step"))
+        return (self.init, self.update, self.__dict__.get("_fused_step"), self.__dict__.get("_flat_step"))
 
     @property
     def step(self) -> Callable:

@@ -35,6 +35,11 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
     transformations give the same numbers; transformations that look at array shapes (factored moments, per-layer
     norms) see a single vector instead.
 
+    ``flatten(gradax.fused.adamw(...))`` is a :class:`gradax.fused.FusedGradientTransformation` whose ``step``
+    updates the leaves in place with the moments as slices of the flat vectors, without concatenating params or
+    grads: on a tree of thousands of small leaves, a jitted step then takes and returns a third as many arrays
+    (two moments instead of two per leaf), which is what such a step's time and compile time are made of.
+
     Args:
       inner: the transformation to run on the flat vector.
 
@@ -51,6 +56,7 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
     """
     if not (hasattr(inner, "init") and hasattr(inner, "update")):
         raise TypeError(f"flatten(inner=...) must be a GradientTransformation; got {type(inner).__name__}.")
+    flat_step = getattr(inner, "__dict__", {}).get("_flat_step")  # a gradax.fused optimizer's kernel for this layout
     inner = with_extra_args_support(inner)
 
     def init(params):
@@ -62,4 +68,9 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
         new_flat, state = inner.update(flat_updates, state, flat_params, **extra_args)
         return unravel(new_flat), state
 
-    return GradientTransformationExtraArgs(init, update)
+    if flat_step is None:
+        return GradientTransformationExtraArgs(init, update)
+    from ..fused._common import FusedGradientTransformation, reference_step
+
+    reference = reference_step(update)
+    return FusedGradientTransformation(init, update, lambda p, s, g: flat_step(p, s, g, reference))

@@ -57,6 +57,8 @@ except Exception:  # noqa: BLE001 - any import failure means "no torch column"
 IMPLS = ("gradax", "optax", "torch")
 DISPATCH = "dispatch_floor"  # a donated identity step over the same arrays (see dispatch_floor)
 FUSED = "gradax_fused"  # the column of gradax.fused.adamw(...).step (update and apply in one kernel on CPU)
+FUSED_FLAT = "gradax_fused_flat"  # gradax.flatten(gradax.fused.adamw(...)).step: the same kernel on flat moments
+FUSED_COLUMNS = (FUSED, FUSED_FLAT)
 
 # Bytes per parameter that each step's math must move at minimum (float32 unless stated), used for % of copy
 # bandwidth. Reads + writes of the arrays a fully fused step touches once each:
@@ -109,8 +111,11 @@ SIZES = {
     # rosenbrock: dimensions
     "tiny": dict(gpt=(256, 32, 16, 1), many=(20, 100), compile=(10, 50), rosen=(10,), steps=4),
     "small": dict(gpt=(8192, 512, 256, 12), many=(1000, 1000), compile=(1000,), rosen=(10, 1000), steps=10),
-    # an XLA compile of the chain at 10,000 leaves went past 23 GiB of RAM here (swapping): full stops at 2,000
-    "full": dict(gpt=(50257, 1024, 768, 12), many=(3000, 3333), compile=(1000, 2000), rosen=(10, 1000), steps=10),
+    # an XLA compile of the chain at 10,000 leaves went past 23 GiB of RAM here (swapping): at 10,000 only the
+    # gradax.fused columns run
+    "full": dict(
+        gpt=(50257, 1024, 768, 12), many=(3000, 3333), compile=(1000, 2000, 10000), rosen=(10, 1000), steps=10
+    ),
 }
 
 
@@ -268,7 +273,7 @@ def build_workloads(size: str) -> list[Workload]:
             many,
             lambda o: o.adamw(1e-3, weight_decay=1e-4),
             torch_step=_torch_adamw("adamw"),
-            extra=fused_adamw,
+            extra={**fused_adamw, FUSED_FLAT: lambda o: o.flatten(o.fused.adamw(1e-3, weight_decay=1e-4))},
         ),
         Workload(
             "clip_adamw_schedule",
@@ -536,7 +541,7 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
     if wl.extra:
         med = {k: statistics.median(v) for k, v in times.items()}
         for k in wl.extra:
-            if k == FUSED:  # same state as gradax; its step has a table of its own
+            if k in FUSED_COLUMNS:  # their steps have a table of their own
                 continue
             notes.append(
                 f"step gradax / {k} = {ratio(med['gradax'], med[k])}, optimizer state gradax / {k} = "
@@ -566,9 +571,12 @@ def run_compile_workload(leaf_counts: tuple[int, ...], repeats: int) -> dict[str
         # gradax.flatten(chain): the same optimizer on one flat buffer per dtype (opt-in; its state is flat too)
         flat = Workload("compile_flat", shapes, lambda o: o.flatten(clip_adamw(o)))
         fused = Workload("compile_fused", shapes, fused_clip_adamw)
-        impls = [("gradax", gradax, wl), ("optax", optax, wl), (FUSED, gradax, fused)]
+        fused_flat = Workload("compile_fused_flat", shapes, lambda o: o.flatten(fused_clip_adamw(o)))
+        impls = [("gradax", gradax, wl), ("optax", optax, wl), (FUSED, gradax, fused), (FUSED_FLAT, gradax, fused_flat)]
         if n <= 1000:  # flatten's concatenation of every leaf compiles no faster (see RESULTS.md): skip the big trees
             impls.append(("gradax_flatten", gradax, flat))
+        if n > 2000:  # the XLA steps of both libraries take minutes and over 23 GiB here: the fused ones only
+            impls = [x for x in impls if x[0] in FUSED_COLUMNS]
         times: dict[str, list[float]] = {name: [] for name, _, _ in impls}
         for _ in range(max(1, min(repeats, 3))):
             for name, mod, w in impls:
@@ -692,40 +700,49 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {ratio(med['gradax'], med['optax'])} | {ratio(med['gradax'], med.get('torch'))} | {pct} "
             f"| {fmt_t(c['gradax'])} / {fmt_t(c['optax'])} ({ratio(c['gradax'], c['optax'])}) |"
         )
-    fused_rows = [(n, r) for n, r in result["workloads"].items() if r["kind"] == "step" and FUSED in r["step_s"]]
+    fused_rows = [
+        (n, k, r)
+        for n, r in result["workloads"].items()
+        for k in FUSED_COLUMNS
+        if r["kind"] == "step" and k in r["step_s"]
+    ]
     if fused_rows:
         lines += [
             "",
-            "| workload | gradax.fused step (median, min..max) | fused/optax | fused/torch | fused/gradax "
+            "| workload | fused step (median, min..max) | fused/optax | fused/torch | fused/gradax "
             "| % copy BW fused | compile fused / optax |",
             "|---|---|---|---|---|---|---|",
         ]
-        for name, r in fused_rows:
-            med = {k: v["median"] for k, v in r["step_s"].items()}
+        for name, k, r in fused_rows:
+            med = {c: v["median"] for c, v in r["step_s"].items()}
             nbytes = r["bytes_per_param"] * r["params"]
             c = r["compile_s"]
+            label = name if k == FUSED else f"{name} (gradax.flatten)"
             lines.append(
-                f"| {name} | {spread(r['step_s'][FUSED])} | {ratio(med[FUSED], med['optax'])} "
-                f"| {ratio(med[FUSED], med.get('torch'))} | {ratio(med[FUSED], med['gradax'])} "
-                f"| {100 * nbytes / med[FUSED] / bw:.0f}% | {fmt_t(c[FUSED])} / {fmt_t(c['optax'])} "
-                f"({ratio(c[FUSED], c['optax'])}) |"
+                f"| {label} | {spread(r['step_s'][k])} | {ratio(med[k], med['optax'])} "
+                f"| {ratio(med[k], med.get('torch'))} | {ratio(med[k], med['gradax'])} "
+                f"| {100 * nbytes / med[k] / bw:.0f}% | {fmt_t(c[k])} / {fmt_t(c['optax'])} "
+                f"({ratio(c[k], c['optax'])}) |"
             )
     comp = result["workloads"].get("compile_clip_adamw")
     if comp:
         lines += [
             "",
             "| compile time, clip+AdamW chain | gradax (median, min..max) | optax | gradax/optax "
-            "| gradax.flatten(chain) | flatten/optax | gradax.fused.adamw(max_grad_norm=1) | fused/optax |",
-            "|---|---|---|---|---|---|---|---|",
+            "| gradax.flatten(chain) | flatten/optax | gradax.fused.adamw(max_grad_norm=1) | fused/optax "
+            "| gradax.flatten(fused) | flatten(fused)/optax |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for n, d in comp["compile_s"].items():
-            fl, fu = d.get("gradax_flatten"), d.get(FUSED)
-            lines.append(
-                f"| {n} leaves | {spread(d['gradax'])} | {spread(d['optax'])} "
-                f"| {ratio(d['gradax']['median'], d['optax']['median'])} | {spread(fl) if fl else '-'} "
-                f"| {ratio(fl['median'], d['optax']['median']) if fl else '-'} | {spread(fu) if fu else '-'} "
-                f"| {ratio(fu['median'], d['optax']['median']) if fu else '-'} |"
-            )
+            opt = d.get("optax")
+
+            def cells(x: Any, opt: Any = opt) -> tuple[str, str]:
+                """(spread, ratio to Optax) of one column, '-' where it was not run"""
+                return (spread(x) if x else "-", ratio(x["median"], opt["median"]) if x and opt else "-")
+
+            g, fl, fu, ff = (cells(d.get(k)) for k in ("gradax", "gradax_flatten", FUSED, FUSED_FLAT))
+            row = [f"{n} leaves", g[0], cells(opt)[0], g[1], *fl, *fu, *ff]
+            lines.append("| " + " | ".join(row) + " |")
     lb = result["workloads"].get("lbfgs_rosenbrock")
     if lb:
         lines += [

@@ -362,7 +362,7 @@ def test_cache_dir(monkeypatch, tmp_path):
     assert str(_kernels._cache_dir()).startswith(tempfile.gettempdir())
 
 
-FLAT_SHAPES = ((33,), (7, 5), (300, 257), (), *[(3, 2)] * _kernels.LEAVES_PER_CALL)  # over the call split
+FLAT_SHAPES = ((33,), (7, 5), (300, 257), (), *[(3, 2)] * _kernels.FLAT_LEAVES_PER_CALL)  # over the call split
 
 
 @pytest.mark.skipif(not HAS_CC, reason="no C compiler: the fused kernel is not built here")

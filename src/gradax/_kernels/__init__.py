@@ -224,6 +224,12 @@ def adamw_step(
     return tuple(_call_per_leaves("gradax_adamw_step", head, [params, grads, mu, nu], [0, 2, 3]))
 
 
+# Leaves per call of the flat-moment kernel: it aliases n + 2 buffers per call where the per-leaf one aliases 3n, and
+# for trees of thousands of small leaves fewer calls are a shorter step (measured: 3,000 leaves of 3,333 params,
+# 21-24 ms per step against 23-29 ms with 32; compile time unchanged at 3,000 and 10,000 leaves).
+FLAT_LEAVES_PER_CALL = 128
+
+
 def adamw_flat_step(
     scalars: jax.Array, weight_decay: jax.Array, mu: jax.Array, nu: jax.Array, params: list, grads: list
 ) -> tuple[list, jax.Array, jax.Array]:
@@ -235,7 +241,7 @@ def adamw_flat_step(
         start = int(offsets[part.start])
         return (scalars, weight_decay[part], jnp.asarray([start & 0x7FFFFFFF, start >> 31], jnp.int32))
 
-    new_p, mu, nu = _call_per_leaves("gradax_adamw_flat_step", head, [params, grads], [0], carry=(mu, nu))
+    new_p, mu, nu = _call_per_leaves("gradax_adamw_flat_step", head, [params, grads], [0], carry=(mu, nu), size=FLAT_LEAVES_PER_CALL)
     return new_p, mu, nu
 
 

@@ -4,6 +4,8 @@ Run one library per process (peak RSS is per process)::
 
     python -m benchmarks.compile_profile 2000 gradax
     python -m benchmarks.compile_profile 2000 optax
+    python -m benchmarks.compile_profile 10000 fused        # gradax.fused.adamw(..., max_grad_norm=1).step
+    python -m benchmarks.compile_profile 10000 fused_flat   # gradax.flatten(that).step
 """
 
 from __future__ import annotations
@@ -17,18 +19,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.run import clip_adamw, make_tree, many_shapes
+from benchmarks.run import clip_adamw, fused_clip_adamw, make_tree, many_shapes
 
 
 def profile(n_leaves: int, library: str) -> dict[str, float]:
-    mod = importlib.import_module(library)
     params = jax.tree.map(jnp.asarray, make_tree(many_shapes(n_leaves, 16), np.float32, 0))
-    opt = clip_adamw(mod)
-    state = jax.eval_shape(opt.init, params)
+    if library in ("fused", "fused_flat"):
+        mod = importlib.import_module("gradax")
+        opt = fused_clip_adamw(mod)
+        if library == "fused_flat":
+            opt = mod.flatten(opt)
+        step = opt.step
+    else:
+        mod = importlib.import_module(library)
+        opt = clip_adamw(mod)
 
-    def step(p, s, g):
-        u, s = opt.update(g, s, p)
-        return mod.apply_updates(p, u), s
+        def step(p, s, g):
+            u, s = opt.update(g, s, p)
+            return mod.apply_updates(p, u), s
+
+    state = jax.eval_shape(opt.init, params)
 
     t0 = time.perf_counter()
     traced = jax.jit(step, donate_argnums=(0, 1)).trace(params, state, params)

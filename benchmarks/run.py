@@ -56,6 +56,7 @@ except Exception:  # noqa: BLE001 - any import failure means "no torch column"
 
 IMPLS = ("gradax", "optax", "torch")
 DISPATCH = "dispatch_floor"  # a donated identity step over the same arrays (see dispatch_floor)
+COPY = "copy_reference"  # a donated jitted ``x + 1`` timed in every repeat beside the steps (see copy_reference)
 FUSED = "gradax_fused"  # the column of gradax.fused.adamw(...).step (update and apply in one kernel on CPU)
 FUSED_FLAT = "gradax_fused_flat"  # gradax.flatten(gradax.fused.adamw(...)).step: the same kernel on flat moments
 FUSED_COLUMNS = (FUSED, FUSED_FLAT)
@@ -456,6 +457,24 @@ def dispatch_floor(run: JaxRun) -> JaxRun:
     return JaxRun(compiled, params, state, run.grads, 0.0, "")
 
 
+def copy_reference(n_bytes: int) -> JaxRun:
+    """A donated jitted ``x + 1`` over at least ``n_bytes`` (and 256 MiB) of float32, run like a step: timed in each
+    repeat between the implementations, it gives the copy bandwidth of the same minutes as the steps (the figure
+    measured once at the start drifts on a shared VM, between 29 and 86 GB/s here)."""
+    n_bytes = max(n_bytes, 256 << 20) if n_bytes >= 1 << 20 else 8 << 20  # --size tiny (CI): it only has to run
+    x = jnp.ones((n_bytes // 4,), jnp.float32)
+    compiled = jax.jit(lambda p, s, g: (p + 1.0, s), donate_argnums=(0, 1)).lower(x, (), None).compile()
+    return JaxRun(compiled, x, (), None, 0.0, "")
+
+
+def reference_bandwidth(result: dict[str, Any], workload: dict[str, Any]) -> float:
+    """Bytes per second of the copy reference timed beside ``workload``'s steps, else of the run's start."""
+    ref = workload.get("step_s", {}).get(COPY)
+    if ref and workload.get("copy_reference_bytes"):
+        return 2 * workload["copy_reference_bytes"] / ref["median"]
+    return result["copy_bandwidth"]["jax_add_GBps"] * 1e9
+
+
 class _NoGC:
     """Python's cyclic GC off while a repeat is timed, after a full collection (as ``timeit`` does): a step over
     thousands of arrays creates thousands of Python objects, and a collection landing in one implementation's repeat
@@ -522,6 +541,8 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
         tg = [torch.tensor(np.asarray(v, np.float32)).to(tdtype) for v in grads_np.values()]
         runs["torch"] = wl.torch_step(tp, tg)
     runs[DISPATCH] = dispatch_floor(runs["gradax"])
+    runs[COPY] = copy_reference(n_params(wl.shapes) * 4)
+    copy_bytes = int(runs[COPY].params.nbytes)
     # warm-up one batch each (first-call dispatch, allocator), then alternate
     for name, r in runs.items():
         time_jax(r, wl.steps_multiple) if name != "torch" else time_torch(r, wl.steps_multiple)
@@ -534,6 +555,11 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
     gc.collect()
     notes = list(wl.notes)
     floor = statistics.median(times[DISPATCH])
+    copy_gbps = sorted(2 * copy_bytes / t / 1e9 for t in times[COPY])
+    notes.append(
+        f"copy reference timed in each repeat: {2 * copy_bytes / statistics.median(times[COPY]) / 1e9:.2f} GB/s "
+        f"(median; {copy_gbps[0]:.2f}..{copy_gbps[-1]:.2f})"
+    )
     notes.append(
         f"dispatch floor (a donated jitted identity taking the same {n_arrays} arrays): "
         f"{fmt_t(floor)}, {100 * floor / statistics.median(times['optax']):.0f}% of Optax's step"
@@ -557,6 +583,7 @@ def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | Non
         "steps_per_repeat": steps,
         "compile_s": compile_s,
         "step_s": {k: summarize(v) for k, v in times.items()},
+        "copy_reference_bytes": copy_bytes,
         "state_bytes": state_bytes,
         "notes": notes,
     }
@@ -679,8 +706,9 @@ def ratio(a: float | None, b: float | None) -> str:
 def markdown(result: dict[str, Any]) -> str:
     bw = result["copy_bandwidth"]["jax_add_GBps"] * 1e9
     lines = [
-        f"Copy bandwidth (jitted `x + 1`, read+write): {bw / 1e9:.2f} GB/s; "
-        f"NumPy copyto: {result['copy_bandwidth']['numpy_copy_GBps']:.2f} GB/s.",
+        f"Copy bandwidth at the start (jitted `x + 1`, read+write): {bw / 1e9:.2f} GB/s; "
+        f"NumPy copyto: {result['copy_bandwidth']['numpy_copy_GBps']:.2f} GB/s. The % of copy bandwidth of a step "
+        "workload is relative to the same `x + 1` timed in each of its repeats, beside its steps (notes below).",
         "",
         "| workload | params / leaves | B/param | gradax step (median, min..max) | optax step | torch step "
         "| gradax/optax | gradax/torch | % copy BW gradax / optax / torch | compile gradax / optax (ratio) |",
@@ -692,6 +720,7 @@ def markdown(result: dict[str, Any]) -> str:
         st = r["step_s"]
         med = {k: v["median"] for k, v in st.items()}
         nbytes = r["bytes_per_param"] * r["params"]
+        bw = reference_bandwidth(result, r)
         pct = " / ".join(f"{100 * nbytes / med[k] / bw:.0f}%" if k in med else "-" for k in IMPLS)
         c = r["compile_s"]
         lines.append(
@@ -716,6 +745,7 @@ def markdown(result: dict[str, Any]) -> str:
         for name, k, r in fused_rows:
             med = {c: v["median"] for c, v in r["step_s"].items()}
             nbytes = r["bytes_per_param"] * r["params"]
+            bw = reference_bandwidth(result, r)
             c = r["compile_s"]
             label = name if k == FUSED else f"{name} (gradax.flatten)"
             lines.append(

@@ -20,6 +20,8 @@ def test_tiny_suite_runs_and_writes_table(tmp_path):
     for name in step_workloads:
         r = saved["workloads"][name]
         assert {"gradax", "optax"} <= set(r["step_s"]) and r["step_s"]["gradax"]["median"] > 0
+        # the copy bandwidth its % figures use is timed in every repeat, beside the steps
+        assert r["step_s"][run.COPY]["median"] > 0 and r["copy_reference_bytes"] > 0
         assert r["compile_s"]["gradax"] > 0 and r["compile_s"]["optax"] > 0
     assert set(saved["workloads"]["compile_clip_adamw"]["compile_s"]) == {str(n) for n in run.SIZES["tiny"]["compile"]}
     lbfgs = saved["workloads"]["lbfgs_rosenbrock"]["results"]

@@ -60,3 +60,23 @@ def test_train_with_a_fused_optimizer_runs_its_one_pass_step(tmp_path):
     assert " copy(" not in hlo
     out = tmp_path / "f"
     assert main(["train", "--steps", "4", "--out", str(out), "--quiet", "--optimizer", "fused.adamw(1e-2)"]) == 0
+
+
+def test_train_with_flatten_of_a_fused_optimizer_runs_the_flat_kernel():
+    # "flatten(fused.adamw(...))" parses to a fused optimizer whose step keeps the moments flat, and the compiled CLI
+    # step calls the flat kernel when it is built here
+    from gradax.cli._expr import parse_optimizer
+
+    opt = parse_optimizer("flatten(fused.adamw(1e-2, weight_decay=0.1))").value
+    assert isinstance(opt, gradax.fused.FusedGradientTransformation)
+    task = get_task("digits")
+    params = task.init(jax.random.PRNGKey(0))
+    xb, yb = next(iter(task.batches(0, 1, 32)))
+    step = make_step_fn(task, opt)
+    hlo = step.lower(params, opt.init(params), xb, yb).compile().as_text()
+    assert ("gradax_adamw_flat_step" in hlo) == gradax.fused.kernel_status().available
+    state = opt.init(params)
+    new_params, new_state, loss, _ = step(jax.tree.map(jnp.copy, params), state, xb, yb)
+    assert jnp.isfinite(loss)
+    assert jax.tree.structure(new_state) == jax.tree.structure(opt.init(params))
+    assert any(bool(jnp.any(a != b)) for a, b in zip(jax.tree.leaves(new_params), jax.tree.leaves(params)))

@@ -38,7 +38,8 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
     ``flatten(gradax.fused.adamw(...))`` is a :class:`gradax.fused.FusedGradientTransformation` whose ``step``
     updates the leaves in place with the moments as slices of the flat vectors, without concatenating params or
     grads: on a tree of thousands of small leaves, a jitted step then takes and returns a third as many arrays
-    (two moments instead of two per leaf), which is what such a step's time and compile time are made of.
+    (two moments instead of two per leaf), which is what such a step's time and compile time are made of. So is
+    ``flatten(inject_hyperparams(gradax.fused.adamw)(...))``.
 
     Args:
       inner: the transformation to run on the flat vector.

@@ -67,6 +67,7 @@ BYTES_PER_PARAM = {
     # read p, g, m, v (16) + write p, m, v (12)
     "adamw_gpt2": 28,
     "adamw_many_leaves": 28,
+    "lion_many_leaves": 20,
     # as AdamW plus one extra read of g for the global norm (a fused step needs the norm before it can scale)
     "clip_adamw_schedule": 32,
     # read p, g, momentum (12) + write p, momentum (8)
@@ -94,6 +95,7 @@ BYTES_PER_PARAM = {
 DESCRIPTIONS = {
     "adamw_gpt2": "AdamW, GPT-2-small-shaped tree",
     "adamw_many_leaves": "AdamW, many small leaves",
+    "lion_many_leaves": "Lion, many small leaves",
     "clip_adamw_schedule": "chain(clip_by_global_norm(1), adamw(warmup_cosine))",
     "sgd_nesterov": "SGD, Nesterov momentum 0.9",
     "lion": "Lion",
@@ -291,6 +293,15 @@ def build_workloads(size: str) -> list[Workload]:
             gpt,
             lambda o: o.lion(1e-4, weight_decay=1e-4),
             extra={FUSED: lambda o: o.fused.lion(1e-4, weight_decay=1e-4)},
+        ),
+        Workload(
+            "lion_many_leaves",
+            many,
+            lambda o: o.lion(1e-4, weight_decay=1e-4),
+            extra={
+                FUSED: lambda o: o.fused.lion(1e-4, weight_decay=1e-4),
+                FUSED_FLAT: lambda o: o.flatten(o.fused.lion(1e-4, weight_decay=1e-4)),
+            },
         ),
         Workload(
             "adafactor",

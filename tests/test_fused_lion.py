@@ -247,3 +247,46 @@ def test_inject_hyperparams_keeps_the_fused_step():
     got = _run(opt, params, grads, 3, True, state)
     _assert_identical(got, _run(opt, params, grads, 3, False, state))
     np.testing.assert_allclose(got[1].hyperparams["learning_rate"], SCHED(2), rtol=1e-6)
+
+
+FLAT_SHAPES = ((33,), (7, 5), (300, 257), (), *[(3, 2)] * _kernels.FLAT_LEAVES_PER_CALL)  # over the call split
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "name, dtype, mu_dtype",
+    [("plain", jnp.float32, None), ("mask_fn", jnp.float32, None), ("schedules", jnp.float32, None),
+     ("plain", jnp.bfloat16, None), ("schedules", jnp.bfloat16, jnp.bfloat16)],
+)  # fmt: skip
+def test_flatten_step_matches_update_then_apply_bit_for_bit(name, dtype, mu_dtype):
+    """gradax.flatten(gradax.fused.lion(...)): the momentum is flatten's one flat vector, updated in place slice by
+    slice (every call after the first starts inside it), the params and grads left as leaves (no concatenation).
+    Bit for bit, but for a float32 momentum of bfloat16 params: in flatten's program XLA:CPU contracts the other
+    multiply-add of the momentum than per leaf (the kernel makes the per-leaf one), so that momentum agrees to its
+    float32 rounding (the params still bit for bit)."""
+    params, grads = _tree(0, dtype, FLAT_SHAPES), _tree(1, dtype, FLAT_SHAPES)
+    opt = gradax.flatten(gradax.fused.lion(**CONFIGS[name], mu_dtype=mu_dtype))
+    state = _with_momentum(opt, params)
+    hlo = jax.jit(opt.step, donate_argnums=(0, 1)).lower(params, state, grads).compile().as_text()
+    assert hlo.count('custom_call_target="gradax_lion_flat_step"') == 2
+    total = sum(int(np.prod(s)) for s in FLAT_SHAPES)
+    assert not [x for x in hlo.splitlines() if " copy(" in x and "[] copy(" not in x]  # in place (scalars aside)
+    assert not [x for x in hlo.splitlines() if "concatenate(" in x and f"[{total}]" in x]  # no flat params, grads
+    got, want = _run(opt, params, grads, 3, True, state), _run(opt, params, grads, 3, False, state)
+    if dtype == jnp.bfloat16 and mu_dtype is None:
+        np.testing.assert_allclose(got[1][0].mu, want[1][0].mu, rtol=1e-5, atol=1e-6)
+        got, want = (got[0], got[1][0].count), (want[0], want[1][0].count)
+    _assert_identical(got, want)
+
+
+@needs_kernel
+def test_flatten_step_falls_back_to_update_then_apply():
+    """Leaves of two dtypes (flatten promotes them) or 8-bit momentum: gradax.flatten's update + apply_updates."""
+    mixed = {**_tree(0), "h": jnp.ones(3, jnp.bfloat16)}
+    for opt, params in (
+        (gradax.flatten(gradax.fused.lion(1e-2, weight_decay=0.1)), mixed),
+        (gradax.flatten(gradax.fused.lion(1e-2, moments="8bit")), _tree(0)),
+    ):
+        assert "gradax_lion" not in jax.jit(opt.step).lower(params, opt.init(params), params).as_text()
+        _assert_identical(run_steps(opt, params, params, 2, True), run_steps(opt, params, params, 2, False))
+    check_usual_error(gradax.flatten(gradax.fused.lion(1e-2)))

@@ -230,19 +230,34 @@ def adamw_step(
 FLAT_LEAVES_PER_CALL = 128
 
 
+def _flat_head(scalars: jax.Array, per_leaf: jax.Array, params: list):
+    """The leading operands of a flat-state kernel's call over a chunk of leaves: the scalars, the chunk's per-leaf
+    values, and where its first leaf starts in the flat state, as int32[2] (low 31 bits, then the rest)."""
+    offsets = np.cumsum([0] + [int(np.prod(jnp.shape(p))) for p in params])
+
+    def head(part):
+        start = int(offsets[part.start])
+        return (scalars, per_leaf[part], jnp.asarray([start & 0x7FFFFFFF, start >> 31], jnp.int32))
+
+    return head
+
+
 def adamw_flat_step(
     scalars: jax.Array, weight_decay: jax.Array, mu: jax.Array, nu: jax.Array, params: list, grads: list
 ) -> tuple[list, jax.Array, jax.Array]:
     """:func:`adamw_step` where the moments are two flat float32 vectors (``gradax.flatten``'s state): leaf ``i``'s
     moments are the slice after leaf ``i - 1``'s. Returns the new params and the two flat moments (aliased)."""
-    offsets = np.cumsum([0] + [int(np.prod(jnp.shape(p))) for p in params])
-
-    def head(part):  # where the chunk's first leaf starts in the flat moments, as int32[2] (low 31 bits, rest)
-        start = int(offsets[part.start])
-        return (scalars, weight_decay[part], jnp.asarray([start & 0x7FFFFFFF, start >> 31], jnp.int32))
-
+    head = _flat_head(scalars, weight_decay, params)
     new_p, mu, nu = _call_per_leaves("gradax_adamw_flat_step", head, [params, grads], [0], carry=(mu, nu), size=FLAT_LEAVES_PER_CALL)
     return new_p, mu, nu
+
+
+def lion_flat_step(scalars: jax.Array, decay: jax.Array, mu: jax.Array, params: list, grads: list) -> tuple[list, jax.Array]:
+    """:func:`lion_step` where the momentum is one flat vector (``gradax.flatten``'s state): leaf ``i``'s momentum is
+    the slice after leaf ``i - 1``'s. Returns the new params and the flat momentum (aliased)."""
+    head = _flat_head(scalars, decay, params)
+    new_p, mu = _call_per_leaves("gradax_lion_flat_step", head, [params, grads], [0], carry=(mu,), size=FLAT_LEAVES_PER_CALL)
+    return new_p, mu
 
 
 def adamw8_step(

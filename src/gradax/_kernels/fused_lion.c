@@ -1,5 +1,7 @@
 /* The single-pass CPU kernel of gradax.fused.lion, called from XLA through its FFI (C API, xla/ffi/api/c_api.h).
  *
+ * gradax_lion_flat_step (below) is the same pass where the momentum is gradax.flatten's one flat vector.
+ *
  * gradax_lion_step: one pass over every leaf of the tree reads p, g, m and writes p, m in place (20 bytes per
  * float32 parameter). Operands:
  *   args[0]        float32[NL] step scalars (see enum LionScalar)
@@ -20,6 +22,8 @@
  * it contracts nothing else), and none on a CPU without FMA.
  */
 #include "fused_common.h"
+
+#include <stdio.h> /* snprintf, for error messages */
 
 enum LionScalar {
     L_B1,            /* beta1 */
@@ -134,6 +138,63 @@ static int leaf_kind(XLA_FFI_DataType p, XLA_FFI_DataType g, XLA_FFI_DataType m)
     return -1;
 }
 
+/* A job for n leaves: the scalars (args[0]) and decay flags (args[1]) copied, the span for this CPU; NULL when out
+ * of memory. The leaves are added by lion_leaf. */
+static Job* lion_job(int64_t n, void** args) {
+    size_t leaves = (size_t)(n > 0 ? n : 1), ptrs = leaves * sizeof(void*);
+    Job* job = new_job(n, sizeof(Lion) + 3 * ptrs + leaves * (sizeof(float) + sizeof(int)));
+    if (job == NULL) return NULL;
+    Lion* a = (Lion*)job->data;
+    char* cursor = (char*)job->data + sizeof(Lion);
+    a->p = (void**)cursor; a->g = (void**)(cursor + ptrs); a->m = (void**)(cursor + 2 * ptrs);
+    a->decay = (float*)(cursor + 3 * ptrs);
+    a->kind = (int*)(cursor + 3 * ptrs + leaves * sizeof(float));
+    memcpy(a->s, data_of(args[0]), sizeof(a->s));
+    memcpy(a->decay, data_of(args[1]), (size_t)n * sizeof(float));
+    a->span = lion_span_for_cpu();
+    job->offset[0] = 0;
+    return job;
+}
+
+static int lion_head(void** args, int64_t n) {
+    return dtype_of(args[0]) == XLA_FFI_DataType_F32 && dtype_of(args[1]) == XLA_FFI_DataType_F32 &&
+           num_elements((XLA_FFI_Buffer*)args[0]) == NL && num_elements((XLA_FFI_Buffer*)args[1]) == n;
+}
+
+static size_t momentum_item(int kind) { return kind == BF16 ? sizeof(uint16_t) : sizeof(float); }
+
+/* Leaf i's params p (updated in place into ret_p) and grads g, with a momentum of dtype m_dtype: its kind, its
+ * pointers and where it ends; an error message, or NULL. */
+static const char* lion_leaf(Job* job, int64_t i, void* p, void* g, XLA_FFI_DataType m_dtype, void* ret_p) {
+    Lion* a = (Lion*)job->data;
+    int64_t size = num_elements((XLA_FFI_Buffer*)p);
+    a->kind[i] = leaf_kind(dtype_of(p), dtype_of(g), m_dtype);
+    if (a->kind[i] < 0) return "a leaf's dtypes are not float32 or bfloat16 as supported";
+    if (num_elements((XLA_FFI_Buffer*)g) != size) return "params and grads differ in size";
+    if (dtype_of(ret_p) != dtype_of(p)) return "results differ in dtype from params";
+    size_t p_item = a->kind[i] == F32 ? sizeof(float) : sizeof(uint16_t);
+    a->p[i] = in_place(((XLA_FFI_Buffer*)p)->data, ((XLA_FFI_Buffer*)ret_p)->data, size, p_item);
+    a->g[i] = ((XLA_FFI_Buffer*)g)->data;
+    job->offset[i + 1] = job->offset[i] + size;
+    return NULL;
+}
+
+static XLA_FFI_Error* lion_go(XLA_FFI_CallFrame* frame, Job* job) {
+    job->parts = parts_for(frame, job->offset[job->n]);
+    job->run = lion_run;
+    run_job(frame, job);
+    release(job);
+    return NULL;
+}
+
+/* an error of `handler`: "handler: message" (messages are static; the longest fits) */
+static XLA_FFI_Error* lion_error(XLA_FFI_CallFrame* frame, Job* job, const char* handler, const char* message) {
+    char text[256];
+    snprintf(text, sizeof(text), "%s: %s", handler, message);
+    free(job);
+    return make_error(frame, text);
+}
+
 XLA_FFI_Error* gradax_lion_step(XLA_FFI_CallFrame* frame) {
     if (answer_metadata(frame)) return NULL;
     if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
@@ -145,45 +206,61 @@ XLA_FFI_Error* gradax_lion_step(XLA_FFI_CallFrame* frame) {
     int64_t n = (nargs - 2) / 3;
     void** args = frame->args.args;
     void** rets = frame->rets.rets;
-    if (dtype_of(args[0]) != XLA_FFI_DataType_F32 || dtype_of(args[1]) != XLA_FFI_DataType_F32 ||
-        num_elements((XLA_FFI_Buffer*)args[0]) != NL || num_elements((XLA_FFI_Buffer*)args[1]) != n)
+    if (!lion_head(args, n))
         return make_error(frame, "gradax_lion_step: wrong number or dtype of scalars or decay flags");
-    size_t leaves = (size_t)(n > 0 ? n : 1), ptrs = leaves * sizeof(void*);
-    Job* job = new_job(n, sizeof(Lion) + 3 * ptrs + leaves * (sizeof(float) + sizeof(int)));
+    Job* job = lion_job(n, args);
     if (job == NULL) return make_error(frame, "gradax_lion_step: out of memory");
     Lion* a = (Lion*)job->data;
-    char* cursor = (char*)job->data + sizeof(Lion);
-    a->p = (void**)cursor; a->g = (void**)(cursor + ptrs); a->m = (void**)(cursor + 2 * ptrs);
-    a->decay = (float*)(cursor + 3 * ptrs);
-    a->kind = (int*)(cursor + 3 * ptrs + leaves * sizeof(float));
-    memcpy(a->s, data_of(args[0]), sizeof(a->s));
-    memcpy(a->decay, data_of(args[1]), (size_t)n * sizeof(float));
-    a->span = lion_span_for_cpu();
-    job->offset[0] = 0;
     for (int64_t i = 0; i < n; ++i) {
         void *p = args[2 + i], *g = args[2 + n + i], *m = args[2 + 2 * n + i];
-        int64_t size = num_elements((XLA_FFI_Buffer*)p);
-        a->kind[i] = leaf_kind(dtype_of(p), dtype_of(g), dtype_of(m));
-        const char* error = NULL;
-        if (a->kind[i] < 0) error = "gradax_lion_step: a leaf's dtypes are not float32 or bfloat16 as supported";
-        else if (num_elements((XLA_FFI_Buffer*)g) != size || num_elements((XLA_FFI_Buffer*)m) != size)
-            error = "gradax_lion_step: params, grads and momentum differ in size";
-        else if (dtype_of(rets[i]) != dtype_of(p) || dtype_of(rets[n + i]) != dtype_of(m))
-            error = "gradax_lion_step: results differ in dtype from params and momentum";
-        if (error != NULL) {
-            free(job);
-            return make_error(frame, error);
-        }
-        size_t p_item = a->kind[i] == F32 ? sizeof(float) : sizeof(uint16_t);
-        size_t m_item = a->kind[i] == BF16 ? sizeof(uint16_t) : sizeof(float);
-        a->p[i] = in_place(((XLA_FFI_Buffer*)p)->data, ((XLA_FFI_Buffer*)rets[i])->data, size, p_item);
-        a->g[i] = ((XLA_FFI_Buffer*)g)->data;
-        a->m[i] = in_place(((XLA_FFI_Buffer*)m)->data, ((XLA_FFI_Buffer*)rets[n + i])->data, size, m_item);
-        job->offset[i + 1] = job->offset[i] + size;
+        const char* error = lion_leaf(job, i, p, g, dtype_of(m), rets[i]);
+        int64_t size = job->offset[i + 1] - job->offset[i];
+        if (error == NULL && num_elements((XLA_FFI_Buffer*)m) != size)
+            error = "params, grads and momentum differ in size";
+        else if (error == NULL && dtype_of(rets[n + i]) != dtype_of(m))
+            error = "results differ in dtype from the momentum";
+        if (error != NULL) return lion_error(frame, job, "gradax_lion_step", error);
+        a->m[i] = in_place(((XLA_FFI_Buffer*)m)->data, ((XLA_FFI_Buffer*)rets[n + i])->data, size,
+                           momentum_item(a->kind[i]));
     }
-    job->parts = parts_for(frame, job->offset[n]);
-    job->run = lion_run;
-    run_job(frame, job);
-    release(job);
-    return NULL;
+    return lion_go(frame, job);
+}
+
+/* gradax_lion_flat_step: Lion over leaves whose momentum is a slice of one flat vector (gradax.flatten's state):
+ *   args[0] float32[NL] scalars, args[1] float32[n] decay flags, args[2] int32[2] where the first leaf starts in
+ *   the flat momentum (low 31 bits, then the rest), args[3] the flat momentum [T] (float32, or bfloat16 with
+ *   bfloat16 params), args[4+i] params leaf i, args[4+n+i] grads leaf i; leaf i's momentum follows leaf i-1's.
+ *   rets[0] the flat momentum, rets[1+i] the params (all aliased). */
+XLA_FFI_Error* gradax_lion_flat_step(XLA_FFI_CallFrame* frame) {
+    if (answer_metadata(frame)) return NULL;
+    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+    int64_t nargs = frame->args.size, nrets = frame->rets.size;
+    if (nargs < 4 || (nargs - 4) % 2 != 0 || nrets != 1 + (nargs - 4) / 2)
+        return make_error(frame, "gradax_lion_flat_step: expected 4 + 2n operands and 1 + n results");
+    for (int64_t i = 0; i < nargs; ++i)
+        if (!is_buffer(frame, i)) return make_error(frame, "gradax_lion_flat_step: every operand must be a buffer");
+    int64_t n = (nargs - 4) / 2;
+    void** args = frame->args.args;
+    void** rets = frame->rets.rets;
+    if (!lion_head(args, n))
+        return make_error(frame, "gradax_lion_flat_step: wrong number or dtype of scalars or decay flags");
+    XLA_FFI_Buffer *start = args[2], *m = args[3];
+    int64_t total = num_elements(m);
+    if (start->dtype != XLA_FFI_DataType_S32 || num_elements(start) != 2 || dtype_of(rets[0]) != m->dtype)
+        return make_error(frame, "gradax_lion_flat_step: expected int32[2] start and a flat momentum");
+    const int32_t* at = (const int32_t*)start->data;
+    int64_t first = (int64_t)at[0] + ((int64_t)at[1] << 31);
+    Job* job = lion_job(n, args);
+    if (job == NULL) return make_error(frame, "gradax_lion_flat_step: out of memory");
+    Lion* a = (Lion*)job->data;
+    size_t item = m->dtype == XLA_FFI_DataType_BF16 ? sizeof(uint16_t) : sizeof(float);
+    char* m_flat = (char*)in_place(m->data, ((XLA_FFI_Buffer*)rets[0])->data, total, item);
+    for (int64_t i = 0; i < n; ++i) {
+        const char* error = lion_leaf(job, i, args[4 + i], args[4 + n + i], m->dtype, rets[1 + i]);
+        if (error == NULL && first + job->offset[i + 1] > total)
+            error = "the leaves run past the end of the flat momentum";
+        if (error != NULL) return lion_error(frame, job, "gradax_lion_flat_step", error);
+        a->m[i] = m_flat + (size_t)(first + job->offset[i]) * item;
+    }
+    return lion_go(frame, job);
 }

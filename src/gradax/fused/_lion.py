@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .. import _kernels
@@ -63,7 +64,9 @@ def lion(
     CPU with FMA, and each bfloat16 rounding of the chain (the momentum, the update after the decay and after the
     learning rate, the params). With 8-bit moments, for other dtypes, on GPU, with several devices under ``jit``
     (GSPMD sharding), under ``jax_enable_x64`` or without a C compiler ``step`` is ``update`` followed by
-    ``apply_updates``, and so are ``vmap`` and autodiff of ``step``.
+    ``apply_updates``, and so are ``vmap`` and autodiff of ``step``. For a tree of thousands of small leaves,
+    ``gradax.flatten(gradax.fused.lion(...))`` keeps the momentum as one flat vector (flatten's state) and its
+    ``step`` runs the same kernel on slices of it, the params and grads left as leaves.
 
     Args:
       learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
@@ -95,19 +98,60 @@ def lion(
     reference = reference_step(tx.update)
     tail = DecayAndRate("fused.lion", learning_rate, weight_decay, mask)
 
-    def kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
-        lion_state, decay_state, lr_state = state
-        p_leaves, treedef = jax.tree.flatten(params)
-        g_leaves, m_leaves = (treedef.flatten_up_to(t) for t in (grads, lion_state.mu))
-        neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, params, treedef)
+    def scalars_at(state: Any, mask_params: Any, mask_treedef: Any) -> tuple:
+        """The kernels' step scalars, the decay flags (per leaf of ``mask_treedef``) and the new decay and
+        learning-rate states."""
+        _, decay_state, lr_state = state
+        neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, mask_params, mask_treedef)
         beta1, beta2 = hyper_values(b1, b2)
         named = dict(b1=beta1, one_minus_b1=1 - beta1, b2=beta2, one_minus_b2=1 - beta2, weight_decay=rate)
         named.update(neg_lr=neg_lr)
         scalars = jnp.stack([jnp.asarray(named[k], jnp.float32) for k in _kernels.LION_SCALARS])
-        new_p, new_m = _kernels.lion_step(scalars, jnp.asarray(decayed), p_leaves, g_leaves, m_leaves)
+        return scalars, jnp.asarray(decayed), new_decay, new_lr
+
+    def kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        lion_state = state[0]
+        p_leaves, treedef = jax.tree.flatten(params)
+        g_leaves, m_leaves = (treedef.flatten_up_to(t) for t in (grads, lion_state.mu))
+        scalars, decayed, new_decay, new_lr = scalars_at(state, params, treedef)
+        new_p, new_m = _kernels.lion_step(scalars, decayed, p_leaves, g_leaves, m_leaves)
 
         new_lion = ScaleByLionState(count=safe_int32_increment(lion_state.count), mu=treedef.unflatten(new_m))
         return treedef.unflatten(new_p), (new_lion, new_decay, new_lr)
+
+    def flat_kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        lion_state = state[0]
+        p_leaves, treedef = jax.tree.flatten(params)
+        g_leaves = treedef.flatten_up_to(grads)
+        # gradax.flatten's inner transformation sees (and masks) one vector
+        vector = jax.ShapeDtypeStruct(lion_state.mu.shape, p_leaves[0].dtype)
+        scalars, decayed, new_decay, new_lr = scalars_at(state, vector, jax.tree.structure(0))
+        decayed = jnp.broadcast_to(decayed, (len(p_leaves),))
+        new_p, mu = _kernels.lion_flat_step(scalars, decayed, lion_state.mu, p_leaves, g_leaves)
+        new_lion = ScaleByLionState(count=safe_int32_increment(lion_state.count), mu=mu)
+        return treedef.unflatten(new_p), (new_lion, new_decay, new_lr)
+
+    def flat_step(params: Params, state: Any, grads: Updates, reference: Any) -> tuple[Params, Any]:
+        """``step`` of ``gradax.flatten(this)`` (whose state is this optimizer's for one flat vector), with its
+        ``update`` + ``apply_updates`` as ``reference``: params and grads stay leaves, the momentum is slices of the
+        flat vector; no concatenation."""
+        if moments is not None or not kernel_applies():
+            return reference(params, state, grads)
+        lion_state, decay_state, lr_state = state
+        p_leaves, treedef = jax.tree.flatten(params)
+        try:
+            g_leaves = treedef.flatten_up_to(grads)
+        except (ValueError, TypeError):
+            return reference(params, state, grads)  # raises the usual, explicit error
+        total = sum(int(np.prod(jnp.shape(p))) for p in p_leaves)
+        mu = lion_state.mu
+        flat = isinstance(mu, jax.Array | jax.core.Tracer) and mu.shape == (total,)
+        dtypes = {getattr(x, "dtype", None) for x in p_leaves + g_leaves}
+        same = all(jnp.shape(p) == jnp.shape(g) for p, g in zip(p_leaves, g_leaves, strict=True))
+        covered = len(dtypes) == 1 and flat and (next(iter(dtypes)), mu.dtype) in _KINDS
+        if not (p_leaves and covered and same and tail.scalar(decay_state, lr_state)):
+            return reference(params, state, grads)
+        return with_reference(flat_kernel_step, reference)(params, state, grads)
 
     def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         if moments is not None or not kernel_applies():
@@ -122,7 +166,7 @@ def lion(
             return reference(params, state, grads)
         return with_reference(kernel_step, reference)(params, state, grads)
 
-    return FusedGradientTransformation(tx.init, tx.update, step)
+    return FusedGradientTransformation(tx.init, tx.update, step, flat_step)
 
 
 # inject_hyperparams(lion)(...) builds a FusedGradientTransformation with the injected step

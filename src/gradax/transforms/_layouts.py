@@ -35,11 +35,12 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
     transformations give the same numbers; transformations that look at array shapes (factored moments, per-layer
     norms) see a single vector instead.
 
-    ``flatten(gradax.fused.adamw(...))`` is a :class:`gradax.fused.FusedGradientTransformation` whose ``step``
-    updates the leaves in place with the moments as slices of the flat vectors, without concatenating params or
-    grads: on a tree of thousands of small leaves, a jitted step then takes and returns a third as many arrays
-    (two moments instead of two per leaf), which is what such a step's time and compile time are made of. So is
-    ``flatten(inject_hyperparams(gradax.fused.adamw)(...))``.
+    ``flatten(gradax.fused.adamw(...))`` and ``flatten(gradax.fused.lion(...))`` are
+    :class:`gradax.fused.FusedGradientTransformation` whose ``step`` updates the leaves in place with the moments
+    as slices of the flat vectors, without concatenating params or grads: on a tree of thousands of small leaves,
+    a jitted step then takes and returns far fewer arrays (one flat vector per moment instead of one per leaf),
+    which is what such a step's time and compile time are made of. So do
+    ``flatten(inject_hyperparams(gradax.fused.adamw)(...))`` and the same for lion.
 
     Args:
       inner: the transformation to run on the flat vector.

@@ -22,6 +22,7 @@ from ..transforms._combining import chain
 from ._common import (
     DecayAndRate,
     FusedGradientTransformation,
+    flat_dtype,
     kernel_applies,
     put,
     reference_step,
@@ -199,22 +200,12 @@ def adamw(
         if not kernel_applies():
             return reference(params, state, grads)
         adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
-        p_leaves, treedef = jax.tree.flatten(params)
-        try:
-            g_leaves = treedef.flatten_up_to(grads)
-        except (ValueError, TypeError):
-            return reference(params, state, grads)  # raises the usual, explicit error
-        total = sum(int(np.prod(jnp.shape(p))) for p in p_leaves)
-        dtypes = {getattr(x, "dtype", None) for x in p_leaves + g_leaves}
-        flat_moments = all(
-            isinstance(x, jax.Array | jax.core.Tracer) and x.shape == (total,) and x.dtype == jnp.float32
-            for x in (adam_state.mu, adam_state.nu)
-        )
-        same = all(jnp.shape(p) == jnp.shape(g) for p, g in zip(p_leaves, g_leaves, strict=True))
+        dtype = flat_dtype(params, grads, [adam_state.mu, adam_state.nu])
+        float32_moments = dtype is not None and adam_state.mu.dtype == adam_state.nu.dtype == jnp.float32
         scalar = tail.scalar(decay_state, lr_state)
         if max_grad_norm is not None:
             scalar = scalar and jax.eval_shape(lambda: as_value(max_grad_norm)).shape == ()
-        if not (p_leaves and len(dtypes) == 1 and dtypes <= set(_DENSE) and flat_moments and same and scalar):
+        if not (float32_moments and dtype in _DENSE and scalar):
             return reference(params, state, grads)
         return with_reference(flat_kernel_step, reference)(params, state, grads)
 

@@ -162,6 +162,26 @@ class DecayAndRate:
         return neg_lr, rate, decayed, new_decay, new_lr
 
 
+def flat_dtype(params: Any, grads: Any, flat_state: list) -> Any:
+    """For the step of ``gradax.flatten(fused optimizer)``: the one dtype of the params and grads when they are
+    leaves of the same shapes (and at least one) and each array of ``flat_state`` is a vector of their total size;
+    None otherwise (grads that do not match the params included: ``update`` then raises its usual error)."""
+    p_leaves, treedef = jax.tree.flatten(params)
+    try:
+        g_leaves = treedef.flatten_up_to(grads)
+    except (ValueError, TypeError):
+        return None
+    dtypes = {getattr(x, "dtype", None) for x in p_leaves + g_leaves}
+    if not p_leaves or len(dtypes) != 1:
+        return None
+    if not all(jnp.shape(p) == jnp.shape(g) for p, g in zip(p_leaves, g_leaves, strict=True)):
+        return None
+    total = sum(int(np.prod(jnp.shape(p))) for p in p_leaves)
+    if not all(isinstance(x, jax.Array | jax.core.Tracer) and x.shape == (total,) for x in flat_state):
+        return None
+    return dtypes.pop()
+
+
 def take(items: list, index: list[int]) -> list:
     """``items`` at the leaf indices ``index``."""
     return [items[i] for i in index]

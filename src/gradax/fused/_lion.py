@@ -6,7 +6,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from .. import _kernels
@@ -16,7 +15,14 @@ from .._quantization import Blockwise8bit
 from ..optimizers._lion import ScaleByLionState
 from ..optimizers._lion import lion as _lion
 from ..optimizers._moments import hyper_values
-from ._common import DecayAndRate, FusedGradientTransformation, kernel_applies, reference_step, with_reference
+from ._common import (
+    DecayAndRate,
+    FusedGradientTransformation,
+    flat_dtype,
+    kernel_applies,
+    reference_step,
+    with_reference,
+)
 
 # (params and grads dtype, momentum dtype) of the leaves the kernel takes
 _KINDS = {
@@ -138,18 +144,8 @@ def lion(
         if moments is not None or not kernel_applies():
             return reference(params, state, grads)
         lion_state, decay_state, lr_state = state
-        p_leaves, treedef = jax.tree.flatten(params)
-        try:
-            g_leaves = treedef.flatten_up_to(grads)
-        except (ValueError, TypeError):
-            return reference(params, state, grads)  # raises the usual, explicit error
-        total = sum(int(np.prod(jnp.shape(p))) for p in p_leaves)
-        mu = lion_state.mu
-        flat = isinstance(mu, jax.Array | jax.core.Tracer) and mu.shape == (total,)
-        dtypes = {getattr(x, "dtype", None) for x in p_leaves + g_leaves}
-        same = all(jnp.shape(p) == jnp.shape(g) for p, g in zip(p_leaves, g_leaves, strict=True))
-        covered = len(dtypes) == 1 and flat and (next(iter(dtypes)), mu.dtype) in _KINDS
-        if not (p_leaves and covered and same and tail.scalar(decay_state, lr_state)):
+        dtype = flat_dtype(params, grads, [lion_state.mu])
+        if not (dtype is not None and (dtype, lion_state.mu.dtype) in _KINDS and tail.scalar(decay_state, lr_state)):
             return reference(params, state, grads)
         return with_reference(flat_kernel_step, reference)(params, state, grads)
 

@@ -255,8 +255,7 @@ FLAT_SHAPES = ((33,), (7, 5), (300, 257), (), *[(3, 2)] * _kernels.FLAT_LEAVES_P
 @needs_kernel
 @pytest.mark.parametrize(
     "name, dtype, mu_dtype",
-    [("plain", jnp.float32, None), ("mask_fn", jnp.float32, None), ("schedules", jnp.float32, None),
-     ("plain", jnp.bfloat16, None), ("schedules", jnp.bfloat16, jnp.bfloat16)],
+    [("schedules", jnp.float32, None), ("plain", jnp.bfloat16, None), ("schedules", jnp.bfloat16, jnp.bfloat16)],
 )  # fmt: skip
 def test_flatten_step_matches_update_then_apply_bit_for_bit(name, dtype, mu_dtype):
     """gradax.flatten(gradax.fused.lion(...)): the momentum is flatten's one flat vector, updated in place slice by

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -28,6 +30,16 @@ def apply_updates(params: Params, updates: Updates) -> Params:
         return jnp.asarray(p + u).astype(p.dtype)
 
     return jax.tree.map(add, params, updates, is_leaf=lambda x: x is None)
+
+
+def reference_step(update: Callable) -> Callable:
+    """``step(params, state, grads)``: ``update`` followed by ``apply_updates`` (what a fused step computes)."""
+
+    def step(params, state, grads):
+        updates, state = update(grads, state, params)
+        return apply_updates(params, updates), state
+
+    return step
 
 
 def incremental_update(new_tensors: Params, old_tensors: Params, step_size: ArrayLike) -> Params:

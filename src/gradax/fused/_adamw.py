@@ -193,10 +193,11 @@ def adamw(
         new_p, mu, nu = _kernels.adamw_flat_step(scalars, rates, adam_state.mu, adam_state.nu, p_leaves, g_leaves)
         return treedef.unflatten(new_p), new_state(state, count_inc, mu, nu, new_decay, new_lr)
 
-    def flat_step(params: Params, state: Any, grads: Updates, reference: Any) -> tuple[Params, Any]:
-        """``step`` of ``gradax.flatten(this)`` (whose state is this optimizer's for one flat vector), with its
-        ``update`` + ``apply_updates`` as ``reference``: params and grads stay leaves, the moments are slices of
-        the flat vectors; no concatenation."""
+    def flat_step(params: Params, state: Any, grads: Updates, flat_reference: Any) -> tuple[Params, Any]:
+        """``step`` of ``gradax.flatten(this)`` (whose state is this optimizer's for one flat vector): params and
+        grads stay leaves, the moments are slices of the flat vectors, no concatenation. Falls back to
+        ``flat_reference(tx)``, flatten's ``update`` + ``apply_updates``."""
+        reference = flat_reference(tx)
         if not kernel_applies():
             return reference(params, state, grads)
         adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]

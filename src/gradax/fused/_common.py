@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import _kernels
 from .._base import GradientTransformationExtraArgs
-from .._update import apply_updates
+from .._update import apply_updates, reference_step  # noqa: F401 - reference_step: the fused optimizers' import
 from ..transforms._adding import add_decayed_weights, skips_decay
 from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
 from ..transforms._scaling import scale_by_learning_rate
@@ -35,7 +35,7 @@ class FusedGradientTransformation(GradientTransformationExtraArgs):
         self = super().__new__(cls, init, update)
         if step is not None:
             self.__dict__["_fused_step"] = step
-        if flat_step is not None:  # flat_step(params, state, grads, reference): the step of gradax.flatten(self)
+        if flat_step is not None:  # flat_step(params, state, grads, flat_reference): gradax.flatten(self)'s step
             self.__dict__["_flat_step"] = flat_step
         return self
 
@@ -48,16 +48,6 @@ class FusedGradientTransformation(GradientTransformationExtraArgs):
         ``update`` may differ) steps with its own ``update`` and ``apply_updates``."""
         fused = self.__dict__.get("_fused_step")
         return fused if fused is not None else reference_step(self.update)
-
-
-def reference_step(update: Callable) -> Callable:
-    """``step(params, state, grads)``: ``update`` followed by ``apply_updates`` (what a fused step computes)."""
-
-    def step(params, state, grads):
-        updates, state = update(grads, state, params)
-        return apply_updates(params, updates), state
-
-    return step
 
 
 def kernel_status() -> _kernels.KernelStatus:

@@ -137,10 +137,11 @@ def lion(
         new_lion = ScaleByLionState(count=safe_int32_increment(lion_state.count), mu=mu)
         return treedef.unflatten(new_p), (new_lion, new_decay, new_lr)
 
-    def flat_step(params: Params, state: Any, grads: Updates, reference: Any) -> tuple[Params, Any]:
-        """``step`` of ``gradax.flatten(this)`` (whose state is this optimizer's for one flat vector), with its
-        ``update`` + ``apply_updates`` as ``reference``: params and grads stay leaves, the momentum is slices of the
-        flat vector; no concatenation."""
+    def flat_step(params: Params, state: Any, grads: Updates, flat_reference: Any) -> tuple[Params, Any]:
+        """``step`` of ``gradax.flatten(this)`` (whose state is this optimizer's for one flat vector): params and
+        grads stay leaves, the momentum is slices of the flat vector, no concatenation. Falls back to
+        ``flat_reference(tx)``, flatten's ``update`` + ``apply_updates``."""
+        reference = flat_reference(tx)
         if moments is not None or not kernel_applies():
             return reference(params, state, grads)
         lion_state, decay_state, lr_state = state

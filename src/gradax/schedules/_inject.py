@@ -323,19 +323,14 @@ def inject_hyperparams(
             params, inner_state = build(hyperparams).step(params, state.inner_state, grads)
             return params, new_state(state, hyperparams, schedule_states, inner_state)
 
-        def flat_step(params, state, grads, reference):
-            # the step of gradax.flatten(this): the inner optimizer's own flat step where it has one (its fallback
-            # is flatten(inner)'s update + apply_updates, on the inner state), else ``reference`` (flatten(this)'s)
+        def flat_step(params, state, grads, flat_reference):
+            # the step of gradax.flatten(this): the inner optimizer's flat step on the inner state where it has one,
+            # else flatten(this)'s update + apply_updates
             hyperparams, schedule_states = advance(state, {})
-            inner = build(hyperparams)
-            inner_flat = getattr(inner, "__dict__", {}).get("_flat_step")
+            inner_flat = getattr(build(hyperparams), "__dict__", {}).get("_flat_step")
             if inner_flat is None:
-                return reference(params, state, grads)
-            from ..fused._common import reference_step
-            from ..transforms._layouts import flatten
-
-            inner_reference = reference_step(flatten(inner).update)
-            params, inner_state = inner_flat(params, state.inner_state, grads, inner_reference)
+                return flat_reference(GradientTransformationExtraArgs(init, update))(params, state, grads)
+            params, inner_state = inner_flat(params, state.inner_state, grads, flat_reference)
             return params, new_state(state, hyperparams, schedule_states, inner_state)
 
         return fused_class(init, update, step, flat_step)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, with_extra_args_support
+from .._update import reference_step
 
 
 def _ravel(tree):
@@ -58,11 +59,26 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
     """
     if not (hasattr(inner, "init") and hasattr(inner, "update")):
         raise TypeError(f"flatten(inner=...) must be a GradientTransformation; got {type(inner).__name__}.")
-    flat_step = getattr(inner, "__dict__", {}).get("_flat_step")  # a gradax.fused optimizer's kernel for this layout
-    inner = with_extra_args_support(inner)
+    # a gradax.fused optimizer's step for this layout: flat_step(params, state, grads, flat_reference), where
+    # flat_reference(tx) is flatten(tx)'s update + apply_updates (the fallback, and what vmap and autodiff follow)
+    flat_step = getattr(inner, "__dict__", {}).get("_flat_step")
 
     def init(params):
         return inner.init(_ravel(params)[0])
+
+    update = _flat_update(inner)
+    if flat_step is None:
+        return GradientTransformationExtraArgs(init, update)
+
+    def flat_reference(tx: GradientTransformation):
+        return reference_step(_flat_update(tx))
+
+    return type(inner)(init, update, lambda p, s, g: flat_step(p, s, g, flat_reference))
+
+
+def _flat_update(inner: GradientTransformation):
+    """``flatten(inner)``'s ``update``: ``inner.update`` on the flat vectors, its updates restored to the tree."""
+    inner = with_extra_args_support(inner)
 
     def update(updates, state, params=None, **extra_args):
         flat_updates, unravel = _ravel(updates)
@@ -70,9 +86,4 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
         new_flat, state = inner.update(flat_updates, state, flat_params, **extra_args)
         return unravel(new_flat), state
 
-    if flat_step is None:
-        return GradientTransformationExtraArgs(init, update)
-    from ..fused._common import FusedGradientTransformation, reference_step
-
-    reference = reference_step(update)
-    return FusedGradientTransformation(init, update, lambda p, s, g: flat_step(p, s, g, reference))
+    return update

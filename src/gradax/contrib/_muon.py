@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -17,9 +17,17 @@ from .._numerics import compute_dtype, safe_int32_increment, state_dtype
 from ..optimizers._adam import adamw
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
-from ..transforms._masking import MaskedNode
 from ..transforms._partition import partition
 from ..transforms._scaling import scale_by_learning_rate
+from ._matrix_shapes import (
+    MuonDimensionNumbers,
+    default_dims,
+    fans,
+    map_matrices,
+    matrix_dims_tree,
+    matrix_labels,
+    resolve_dims,
+)
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
 _DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
@@ -36,18 +44,6 @@ _NS_PRESETS = {
 }
 
 
-class MuonDimensionNumbers(NamedTuple):
-    """Which axes of a weight are its input (reduced) and output axes; every other axis is a batch axis.
-
-    A 3-D stacked (scanned) weight of shape ``(layers, d_in, d_out)`` is
-    ``MuonDimensionNumbers(reduction_axis=1, output_axis=2)``: each of the ``layers`` matrices is orthogonalized on
-    its own. Several axes may be given as a tuple; they are flattened together.
-    """
-
-    reduction_axis: Sequence[int] | int = 0
-    output_axis: Sequence[int] | int = 1
-
-
 class MuonState(NamedTuple):
     """State of :func:`scale_by_muon`: the step ``count`` (int32), the momentum ``mu`` and the Newton-Schulz
     coefficients ``ns_coeffs`` (shape ``(3,)``, or ``(ns_steps, 3)`` for per-step coefficients)."""
@@ -55,38 +51,6 @@ class MuonState(NamedTuple):
     count: jax.Array
     mu: Any
     ns_coeffs: jax.Array
-
-
-def _is_dims(x: Any) -> bool:
-    return x is None or isinstance(x, (MuonDimensionNumbers, MaskedNode))
-
-
-def _axes(ndim: int, dims: MuonDimensionNumbers) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    red = (dims.reduction_axis,) if isinstance(dims.reduction_axis, int) else tuple(dims.reduction_axis)
-    out = (dims.output_axis,) if isinstance(dims.output_axis, int) else tuple(dims.output_axis)
-    red = tuple(a % ndim for a in red)
-    out = tuple(a % ndim for a in out)
-    if set(red) & set(out):
-        raise ValueError(
-            f"MuonDimensionNumbers: reduction axes {red} and output axes {out} must be disjoint for a weight of rank "
-            f"{ndim}. Name each axis at most once."
-        )
-    return red, out
-
-
-def _default_dims(ndim: int) -> MuonDimensionNumbers:
-    if ndim < 2:
-        raise ValueError(
-            f"scale_by_muon: a parameter of rank {ndim} is not a matrix. Give weight_dimension_numbers (None for "
-            "the leaves to leave out) or use gradax.contrib.muon, which sends non-matrix parameters to AdamW."
-        )
-    # a stacked weight (..., d_in, d_out): the leading axes are batch axes
-    return MuonDimensionNumbers(reduction_axis=ndim - 2, output_axis=ndim - 1)
-
-
-def _fans(shape, dims: MuonDimensionNumbers) -> tuple[int, int]:
-    red, out = _axes(len(shape), dims)
-    return math.prod(shape[a] for a in red), math.prod(shape[a] for a in out)
 
 
 def _newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps) -> jax.Array:
@@ -124,31 +88,7 @@ def _newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioni
 
 def orthogonalize(x, coeffs, ns_steps, preconditioning, eps, dims: MuonDimensionNumbers):
     """Orthogonalizes each matrix of ``x`` (batch axes x reduction axes x output axes), one at a time."""
-    red, out = _axes(x.ndim, dims)
-    batch = tuple(a for a in range(x.ndim) if a not in red and a not in out)
-    perm = batch + red + out
-    inv = tuple(sorted(range(x.ndim), key=lambda i: perm[i]))
-    shape = tuple(x.shape[a] for a in perm)
-    flat = x.transpose(perm).reshape(
-        math.prod(shape[: len(batch)]), math.prod(x.shape[a] for a in red), math.prod(x.shape[a] for a in out)
-    )
-    # jax.lax.map keeps one matrix's Newton-Schulz temporaries alive at a time, whatever the number of layers
-    y = jax.lax.map(lambda m: _newton_schulz(m, coeffs, ns_steps, preconditioning, eps), flat)
-    return y.reshape(shape).transpose(inv)
-
-
-def _resolve_dims(weight_dimension_numbers, updates):
-    dims = (
-        weight_dimension_numbers(updates)
-        if callable(weight_dimension_numbers) and not isinstance(weight_dimension_numbers, MuonDimensionNumbers)
-        else weight_dimension_numbers
-    )
-    if dims is None:
-        return jax.tree.map(lambda u: _default_dims(jnp.ndim(u)), updates)
-    if isinstance(dims, MuonDimensionNumbers):
-        return jax.tree.map(lambda u: dims, updates)
-    # a prefix tree of MuonDimensionNumbers / None / MaskedNode
-    return jax.tree.map(lambda d, sub: jax.tree.map(lambda u: d, sub), dims, updates, is_leaf=_is_dims)
+    return map_matrices(lambda m: _newton_schulz(m, coeffs, ns_steps, preconditioning, eps), x, dims)
 
 
 def _ns_coeffs_array(api, ns_coeffs, ns_steps):
@@ -236,7 +176,7 @@ def scale_by_muon(
 
     def update(updates, state, params=None):
         del params
-        dims = _resolve_dims(weight_dimension_numbers, updates)
+        dims = resolve_dims(weight_dimension_numbers, updates)
         count = safe_int32_increment(state.count)
         b = as_value(beta)
         t = count.astype(b.dtype)
@@ -250,7 +190,7 @@ def scale_by_muon(
             else:
                 m_hat = m_new / (1 - b**t)
             if d is None:
-                d = _default_dims(g.ndim)
+                d = default_dims(g.ndim)
             o = orthogonalize(m_hat, state.ns_coeffs, ns_steps, preconditioning, as_value(eps, cd), d)
             if adaptive:
                 o = jnp.sum(m_hat.conj() * o) * o
@@ -273,10 +213,10 @@ def _scale_by_shape(weight_dimension_numbers, consistent_rms) -> GradientTransfo
 
     def update(updates, state, params=None):
         del params
-        dims = _resolve_dims(weight_dimension_numbers, updates)
+        dims = resolve_dims(weight_dimension_numbers, updates)
 
         def leaf(u, d):
-            fan_in, fan_out = _fans(u.shape, d)
+            fan_in, fan_out = fans(u.shape, d)
             if consistent_rms is None:
                 s = math.sqrt(max(1.0, fan_out / fan_in))
             else:
@@ -361,18 +301,10 @@ def muon(
     user_dims = muon_weight_dimension_numbers
 
     def dims_tree(params):
-        d = user_dims(params) if callable(user_dims) and not isinstance(user_dims, MuonDimensionNumbers) else user_dims
-        if d is None:
-            return jax.tree.map(lambda p: MuonDimensionNumbers() if jnp.ndim(p) == 2 else None, params)
-        return jax.tree.map(lambda dd, sub: jax.tree.map(lambda _: dd, sub), d, params, is_leaf=_is_dims)
+        return matrix_dims_tree(user_dims, params)
 
     def labels(params):
-        return jax.tree.map(
-            lambda d, sub: jax.tree.map(lambda _: "adam" if d is None else "muon", sub),
-            dims_tree(params),
-            params,
-            is_leaf=_is_dims,
-        )
+        return matrix_labels(user_dims, params, "muon", "adam")
 
     # inside the partition the Muon side sees MaskedNode in place of the AdamW leaves; dims_tree keeps them
     muon_side = chain(

@@ -11,6 +11,7 @@ from jax.typing import ArrayLike
 from .._base import GradientTransformation, GradientTransformationExtraArgs, Params, with_extra_args_support
 from .._checks import check_int, check_interval
 from .._hyperparams import as_value
+from ..tree._state import is_params_marker
 
 
 class LookaheadState(NamedTuple):
@@ -79,6 +80,8 @@ def lookahead(
     fast_optimizer = with_extra_args_support(fast_optimizer)
 
     def init(params):
+        if is_params_marker(params):  # gradax.tree.map_params: the fast state is shaped like the fast params
+            return LookaheadState(fast_state=fast_optimizer.init(params), steps_since_sync=jnp.zeros([], jnp.int32))
         if not isinstance(params, LookaheadParams):
             raise TypeError(
                 f"{api}: init(params) must be a LookaheadParams; got {type(params).__name__}. "

@@ -2,8 +2,9 @@
 
 A *mask* is a pytree of booleans that is the params tree or a prefix of it (a ``True`` leaf standing for the whole
 subtree below it), or a function of the params that returns one. A *label tree* is the same with hashable labels in
-place of booleans. A callable that is itself a pytree with children (an Equinox module, for instance) is data: it is
-used as the tree, never called.
+place of booleans. A callable is a function of the params (an ``equinox.filter_closure_convert`` closure too), except
+a callable pytree that has the params' structure or a prefix of it (an Equinox model mapped to booleans): that is the
+tree itself, never called.
 
 :func:`resolve_mask` and :func:`resolve_labels` turn any accepted form into a validated prefix tree, and raise an
 error naming the key path where the tree departs from the params. :func:`masked`, :func:`gradax.partition`,
@@ -20,7 +21,8 @@ import numpy as np
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, Params, with_extra_args_support
 from .._checks import tree_mismatch_error
-from .._hyperparams import is_schedule
+from .._hyperparams import is_mask_tree
+from ..tree._state import is_params_marker
 
 
 class MaskedNode(NamedTuple):
@@ -39,8 +41,9 @@ def _keystr(path) -> str:
 
 
 def _call_if_function(tree_or_fn: Any, params: Params) -> Any:
-    """``tree_or_fn(params)`` when it is a function (a callable single leaf), else ``tree_or_fn`` itself (data)."""
-    return tree_or_fn(params) if is_schedule(tree_or_fn) else tree_or_fn
+    """``tree_or_fn`` when it is a tree for ``params`` (see :func:`gradax._hyperparams.is_mask_tree`), else
+    ``tree_or_fn(params)``: every other callable, Equinox closures included, is a function of the params."""
+    return tree_or_fn if is_mask_tree(tree_or_fn, params) else tree_or_fn(params)
 
 
 def _check_fits(api: str, arg: str, tree: Any, params: Params, fix: str) -> None:
@@ -79,7 +82,7 @@ def resolve_mask(api: str, mask: MaskOrFn, params: Params, arg: str = "mask") ->
     Args:
       api: the public name that received the mask (used in error messages).
       mask: a pytree of booleans that is ``params`` or a prefix of it, or a function of ``params`` returning one.
-        A callable pytree with children (an Equinox module) is data and is not called.
+        A callable is called, unless it is a pytree with the params' structure (an Equinox model of booleans).
       params: the parameters (arrays or ``jax.ShapeDtypeStruct`` leaves).
       arg: the argument's name in error messages.
 
@@ -104,7 +107,7 @@ def resolve_labels(api: str, labels: Any, params: Params, arg: str = "param_labe
     Args:
       api: the public name that received the labels (used in error messages).
       labels: a pytree of hashable labels that is ``params`` or a prefix of it, or a function of ``params``
-        returning one. A callable pytree with children is data and is not called.
+        returning one. A callable is called, unless it is a pytree with the params' structure.
       params: the parameters.
       arg: the argument's name in error messages.
 
@@ -155,7 +158,8 @@ def masked(
     Args:
       inner: the transformation to apply where the mask is True.
       mask: a pytree of booleans that is the params tree or a prefix of it (a leaf stands for its whole subtree),
-        or a function of the params returning one. A callable pytree (an Equinox module) is data, not a function.
+        or a function of the params returning one (an Equinox closure too). A callable pytree with the params'
+        structure (an Equinox model mapped to booleans) is the mask tree itself.
       mask_compatible_extra_args: also mask the extra keyword arguments of ``update`` that have the params' tree
         structure (per-parameter quantities); others are passed unchanged.
 
@@ -190,6 +194,8 @@ def build_masked(
     inner = with_extra_args_support(inner)
 
     def init(params):
+        if is_params_marker(params):  # gradax.tree.map_params: the marker stands for the (unmasked) params
+            return MaskedState(inner_state=inner.init(params))
         mask_t = resolve_mask(api, mask, params)
         return MaskedState(inner_state=inner.init(mask_tree(params, mask_t)))
 

@@ -22,6 +22,7 @@ from .._base import (
     set_to_zero,
     with_extra_args_support,
 )
+from ..tree._state import is_params_marker
 from ._masking import (
     MaskedState,
     build_masked,
@@ -131,6 +132,10 @@ def _partition(api, transforms, param_labels, mask_compatible_extra_args) -> Gra
         )
 
     def init(params):
+        if is_params_marker(params):  # gradax.tree.map_params: the marker stands for each group's params
+            return PartitionState(
+                inner_states={label: MaskedState(inner_state=tx.init(params)) for label, tx in transforms.items()}
+            )
         masks = _group_masks(api, transforms, param_labels, params)
         return PartitionState(
             inner_states={

@@ -62,25 +62,41 @@ def _entry_name(entry: Any) -> Any:
     return entry
 
 
-def _matches(path: KeyPath, node: Any, key: Any) -> bool:
-    """Whether ``node`` (found at ``path``) is a match for ``key``."""
-    if _is_namedtuple(node) and type(node).__name__ == key:
-        return True
-    if not path:
-        return False
-    last = path[-1]
-    if isinstance(last, NamedTupleKey):
-        return last.name == key
-    if isinstance(last, jax.tree_util.DictKey):
-        return last.key == key
+def _entry_is(entry: Any, key: Any) -> bool:
+    """Whether a path entry is a NamedTuple field or a dict key named ``key``."""
+    if isinstance(entry, NamedTupleKey):
+        return entry.name == key
+    if isinstance(entry, jax.tree_util.DictKey):
+        return entry.key == key
     return False
 
 
+def _held(path: KeyPath, node: Any, key: Any) -> list[tuple[KeyPath, Any]]:
+    """The matches for ``key`` that ``node`` holds directly: itself when it is a NamedTuple of class ``key``, else
+    its child named ``key`` (empty when it holds none)."""
+    if _is_namedtuple(node) and type(node).__name__ == key:
+        return [(path, node)]
+    return [(p, c) for p, c in _children(path, node) if _entry_is(p[-1], key)]
+
+
 def _walk(path: KeyPath, node: Any, key: Any, out: list) -> None:
-    if _matches(path, node, key):
-        out.append((path, node))
-    for child_path, child in _children(path, node):
-        _walk(child_path, child, key, out)
+    """Appends the matches below ``node`` in Optax's order: first those held by the topmost nodes that hold one (in
+    flattening order), then, below each of those nodes in turn, the same search again."""
+    holders: list[tuple[KeyPath, Any]] = []
+
+    def find_holders(p: KeyPath, n: Any) -> None:
+        if _held(p, n, key):
+            holders.append((p, n))
+            return
+        for child_path, child in _children(p, n):
+            find_holders(child_path, child)
+
+    find_holders(path, node)
+    for p, n in holders:
+        out.extend(_held(p, n, key))
+    for p, n in holders:
+        for child_path, child in _children(p, n):
+            _walk(child_path, child, key, out)
 
 
 def get_all_with_path(
@@ -89,7 +105,9 @@ def get_all_with_path(
     """Every ``(path, value)`` in ``tree`` whose NamedTuple field, dict key or NamedTuple class name is ``key``.
 
     The search reaches through every NamedTuple, dict and pytree node (chains, masked and injected states, ...),
-    also below a match. Path entries for NamedTuple fields are :class:`NamedTupleKey`.
+    also below a match. Path entries for NamedTuple fields are :class:`NamedTupleKey`. The order is Optax's: the
+    matches nearest the root come first (``{"h": {"lr": 1.0}, "lr": 2.0}`` gives ``lr`` before ``h.lr``), then
+    those below them.
 
     Args:
       tree: a pytree, typically an optimizer state.
@@ -220,6 +238,16 @@ class _ParamsMarker:
 
 
 jax.tree_util.register_pytree_node(_ParamsMarker, lambda m: ((), None), lambda aux, children: _ParamsMarker())
+
+
+def is_params_marker(params: Any) -> bool:
+    """Whether ``init`` was handed the marker :func:`map_params` uses in place of the params.
+
+    A wrapper whose ``init`` needs the params' structure (a mask or label tree that must fit them, or a
+    :class:`gradax.LookaheadParams`) passes the marker unchanged to its inner ``init`` instead: the marker stands for
+    the whole params tree, wherever the real state holds a params-shaped tree (masked parts included).
+    """
+    return isinstance(params, _ParamsMarker)
 
 
 @runtime_checkable

@@ -4,16 +4,24 @@ into one shared library and called through XLA's FFI.
 The shared library is compiled once per sources, compiler, jaxlib and machine into a cache directory
 (``$GRADAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradax``, else ``~/.cache/gradax``). Without a C compiler, or with
 ``GRADAX_DISABLE_KERNELS=1``, :func:`load` reports why and callers use their XLA implementation instead.
+
+Only a library this user built is loaded. The cache directories are created with mode 0700 and used only when they
+belong to the user and no one else can write to them (otherwise a fresh private temporary directory is used, and
+``KernelStatus.note`` says why); the library must be a regular file of the user that no one else can write, whose
+SHA-256 matches the one recorded beside it when it was built (otherwise it is rebuilt). Builds are written to a
+temporary file and renamed, under a file lock, so that processes building at once produce one library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -77,39 +85,91 @@ class KernelStatus:
     available: bool
     reason: str  # "" when available
     path: str  # the shared library, "" when not built
+    note: str = ""  # what was refused on the way: a cache directory others can write, a library that was rebuilt
 
 
 _lock = threading.Lock()
 _status: KernelStatus | None = None
 
 
+def _user() -> int | None:
+    """The user whose files are trusted (the effective user id); None where the platform has no user ids."""
+    return os.geteuid() if hasattr(os, "geteuid") else None
+
+
+def _untrusted(path: Path, kind: str) -> str:
+    """Why ``path`` must not be trusted, "" when it can: it must be a ``kind`` ("directory", or "file": a regular
+    file, not a link) that belongs to this user and that neither its group nor others can write."""
+    try:
+        info = os.stat(path) if kind == "directory" else os.lstat(path)
+    except OSError as err:
+        return f"{path} cannot be inspected ({err.strerror or err})"
+    if not (stat.S_ISDIR if kind == "directory" else stat.S_ISREG)(info.st_mode):
+        return f"{path} is not a {'directory' if kind == 'directory' else 'regular file'}"
+    user = _user()
+    if user is not None and info.st_uid != user:
+        return f"{path} belongs to user id {info.st_uid}, not to this user ({user})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} can be written by its group or by others (mode {stat.filemode(info.st_mode)})"
+    return ""
+
+
+def _private_dir(path: Path) -> str:
+    """Creates ``path`` (mode 0700) when it is missing; returns why it must not hold the library, "" when it can."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        return f"{path} cannot be created ({err.strerror or err})"
+    return _untrusted(path, "directory")
+
+
 def _cache_dir() -> Path:
     """``$GRADAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradax`` or ``~/.cache/gradax``; a per-user temporary directory
-    when that one cannot be created (a read-only home)."""
+    when that one cannot be created (a read-only home). Whether it can be trusted is :func:`_kernel_dir`'s check."""
     if os.environ.get("GRADAX_CACHE_DIR"):
         return Path(os.environ["GRADAX_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     path = Path(base) / "gradax"
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         if os.access(path, os.W_OK):
             return path
     except OSError:
         pass
-    return Path(tempfile.gettempdir()) / f"gradax-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    user = _user()
+    return Path(tempfile.gettempdir()) / f"gradax-{'user' if user is None else user}"
+
+
+def _kernel_dir() -> tuple[Path, str]:
+    """Where the library is built and loaded from, and a note when that is not the cache: the cache's ``kernels``
+    directory when both are this user's alone, else a fresh private temporary directory (anyone may have created the
+    cache's predictable path in a shared temporary directory, or planted a library in a directory they can write)."""
+    cache = _cache_dir()
+    why = _private_dir(cache) or _private_dir(cache / "kernels")
+    if not why:
+        return cache / "kernels", ""
+    fresh = Path(tempfile.mkdtemp(prefix="gradax-kernels-"))
+    if fresh_why := _untrusted(fresh, "directory"):
+        raise RuntimeError(f"no private directory to build the kernels in: {why}; {fresh_why}")
+    return fresh, f"did not use the cache directory: {why}; built in the private directory {fresh} instead"
 
 
 def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
+    """``$CC`` when it is set (and None when it is not an executable), else the first of cc, gcc, clang."""
+    if os.environ.get("CC"):
+        return shutil.which(os.environ["CC"])
+    for name in ("cc", "gcc", "clang"):
+        if shutil.which(name):
             return shutil.which(name)
     return None
 
 
-def _build(cc: str) -> Path:
+def _key(cc: str) -> str:
+    """The library's name part: a hash of the sources, the compiler's version, jaxlib's version, the flags and the
+    machine."""
     source = b"\0".join(path.name.encode() + b"\0" + path.read_bytes() for path in (*SOURCES, *HEADERS))
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256(
+    return hashlib.sha256(
         b"\0".join(
             s.encode() if isinstance(s, str) else s
             # no -march=native: the target clones pick avx512f/avx2/baseline at load time, so one build fits any
@@ -117,18 +177,96 @@ def _build(cc: str) -> Path:
             for s in (source, version, jaxlib.__version__, " ".join(FLAGS), platform.machine())
         )
     ).hexdigest()[:16]
-    out = _cache_dir() / "kernels" / f"fused_cpu-{key}.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        tmp_out = Path(tmp) / out.name
-        cmd = [cc, *FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(tmp_out), "-lm"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")
-        os.replace(tmp_out, out)  # atomic: concurrent processes build the same file
-    return out
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _digest_path(library: Path) -> Path:
+    """The file beside ``library`` that records its SHA-256 when it is built."""
+    return library.with_name(library.name + ".sha256")
+
+
+def _verify(library: Path) -> str:
+    """Why ``library`` must not be loaded, "" when it can: it and its recorded SHA-256 are this user's regular files
+    that no one else can write, and its bytes have that SHA-256. (Its directory is this user's alone, so nobody else
+    can swap it between this check and the load.)"""
+    if not os.path.lexists(library):
+        return f"{library} is not built yet"
+    why = _untrusted(library, "file") or _untrusted(_digest_path(library), "file")
+    if why:
+        return why
+    if _sha256(library) != _digest_path(library).read_text().strip():
+        return f"{library} does not have the SHA-256 recorded when it was built"
+    return ""
+
+
+@contextlib.contextmanager
+def _build_lock(directory: Path):
+    """Holds an exclusive lock on ``directory/.lock`` (POSIX ``flock``; where there is none, the atomic rename alone
+    keeps the library whole)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` at once: a temporary file of mode 0600 beside it, renamed."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _build(cc: str) -> tuple[Path, str]:
+    """The verified library for ``cc``, built unless the kernel directory holds one, and a note on what was refused
+    on the way. Processes that build at once wait for each other's lock: one compiles, the others load its result."""
+    directory, note = _kernel_dir()
+    out = directory / f"fused_cpu-{_key(cc)}.so"
+    with _build_lock(directory):
+        why = _verify(out)
+        if not why:
+            return out, note
+        if os.path.lexists(out):
+            note = "; ".join(filter(None, (note, f"rebuilt the library: {why}")))
+        with tempfile.TemporaryDirectory(dir=directory) as tmp:
+            tmp_out = Path(tmp) / out.name
+            cmd = [cc, *FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(tmp_out), "-lm"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")
+            os.chmod(tmp_out, 0o700)
+            _write_private(_digest_path(out), _sha256(tmp_out).encode())
+            os.replace(tmp_out, out)
+        if why := _verify(out):
+            raise RuntimeError(f"the library just built cannot be verified: {why}")
+    return out, note
+
+
+def _register(path: Path) -> None:
+    """Loads the verified library at ``path`` and registers its handlers with XLA (once per process: XLA refuses a
+    second library's handlers under the same names)."""
+    lib = ctypes.cdll.LoadLibrary(str(path))
+    for name in TARGETS:
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
 
 
 def load() -> KernelStatus:
@@ -142,17 +280,17 @@ def load() -> KernelStatus:
             return _status
         cc = _compiler()
         if cc is None:
-            _status = KernelStatus(False, "no C compiler found (set CC, or install gcc or clang)", "")
+            cc_env = os.environ.get("CC")
+            wanted = f"CC={cc_env!r} is not an executable" if cc_env else "set CC, or install gcc or clang"
+            _status = KernelStatus(False, f"no C compiler found ({wanted})", "")
             return _status
         try:
-            path = _build(cc)
-            lib = ctypes.cdll.LoadLibrary(str(path))
-            for name in TARGETS:
-                jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
+            path, note = _build(cc)
+            _register(path)
         except Exception as err:  # a failed build or load leaves the XLA implementation in use
             _status = KernelStatus(False, f"{type(err).__name__}: {err}", "")
             return _status
-        _status = KernelStatus(True, "", str(path))
+        _status = KernelStatus(True, "", str(path), note)
         return _status
 
 
@@ -248,15 +386,21 @@ def adamw_flat_step(
     """:func:`adamw_step` where the moments are two flat float32 vectors (``gradax.flatten``'s state): leaf ``i``'s
     moments are the slice after leaf ``i - 1``'s. Returns the new params and the two flat moments (aliased)."""
     head = _flat_head(scalars, weight_decay, params)
-    new_p, mu, nu = _call_per_leaves("gradax_adamw_flat_step", head, [params, grads], [0], carry=(mu, nu), size=FLAT_LEAVES_PER_CALL)
+    new_p, mu, nu = _call_per_leaves(
+        "gradax_adamw_flat_step", head, [params, grads], [0], carry=(mu, nu), size=FLAT_LEAVES_PER_CALL
+    )
     return new_p, mu, nu
 
 
-def lion_flat_step(scalars: jax.Array, decay: jax.Array, mu: jax.Array, params: list, grads: list) -> tuple[list, jax.Array]:
+def lion_flat_step(
+    scalars: jax.Array, decay: jax.Array, mu: jax.Array, params: list, grads: list
+) -> tuple[list, jax.Array]:
     """:func:`lion_step` where the momentum is one flat vector (``gradax.flatten``'s state): leaf ``i``'s momentum is
     the slice after leaf ``i - 1``'s. Returns the new params and the flat momentum (aliased)."""
     head = _flat_head(scalars, decay, params)
-    new_p, mu = _call_per_leaves("gradax_lion_flat_step", head, [params, grads], [0], carry=(mu,), size=FLAT_LEAVES_PER_CALL)
+    new_p, mu = _call_per_leaves(
+        "gradax_lion_flat_step", head, [params, grads], [0], carry=(mu,), size=FLAT_LEAVES_PER_CALL
+    )
     return new_p, mu
 
 

@@ -1,8 +1,13 @@
 """The one place a hyperparameter (a number, an array or a schedule) becomes a value at a step.
 
 Rules:
-  * A *schedule* is a callable that JAX sees as a single leaf (a function, a ``functools.partial``, a lambda). A
-    callable that is a pytree with children (an Equinox module, used for example as a mask) is data.
+  * A hyperparameter that is callable is a *schedule*, whatever its type: a function, a ``functools.partial``, a
+    lambda, or a callable pytree such as an Equinox module or the ``_ClosureConvert`` of
+    ``equinox.filter_closure_convert(schedule, 0)`` (Optax's rule too). Classes are not schedules.
+  * A callable passed where a mask or a label tree is expected (``mask=``, ``param_labels=``, ``freeze_mask=``) is
+    a function of the params, with one exception: a callable pytree that has the params' structure (or a prefix of
+    it), such as an Equinox model whose leaves were mapped to booleans, is the mask tree itself (see
+    :func:`is_mask_tree`; Optax would call it).
   * Schedules are evaluated at the count before it is incremented (step 0 gives ``schedule(0)``).
   * Values are held in ``hyperparam_dtype()``: float32, or float64 when ``jax_enable_x64`` is on, whatever the
     dtype of the parameters, so that bfloat16 parameters never round ``b2=0.999`` to ``1.0``.
@@ -22,16 +27,26 @@ def hyperparam_dtype() -> jnp.dtype:
 
 
 def is_schedule(x: Any) -> bool:
-    """Whether ``x`` is a schedule: a callable that is a single pytree leaf (not an Equinox module or other node)."""
-    if not callable(x) or isinstance(x, type):
-        return False
+    """Whether the hyperparameter ``x`` is a schedule: any callable that is not a class (Equinox modules included)."""
+    return callable(x) and not isinstance(x, type)
+
+
+def is_mask_tree(x: Any, params: Any) -> bool:
+    """Whether a mask or label argument ``x`` is a tree for ``params`` rather than a function of them.
+
+    Non-callables are trees. A callable is a function, unless it is a pytree with children whose structure is
+    ``params``' structure or a prefix of it (an Equinox model mapped to booleans is callable, and is a mask tree).
+    """
+    if not is_schedule(x):
+        return True
     treedef = jax.tree.structure(x)
-    return treedef.num_nodes == 1 and treedef.num_leaves == 1
-
-
-def is_callable_data(x: Any) -> bool:
-    """Whether ``x`` is callable but also a pytree node with children (data, not a function)."""
-    return callable(x) and not isinstance(x, type) and not is_schedule(x)
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return False
+    try:
+        jax.tree.map(lambda *_: None, x, params)
+    except (ValueError, TypeError, KeyError):
+        return False
+    return True
 
 
 def as_value(x: Any, dtype=None) -> jax.Array:

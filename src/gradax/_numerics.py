@@ -35,6 +35,27 @@ def state_dtype(dtype, requested=None) -> jnp.dtype:
     return compute_dtype(dtype)
 
 
+def leaf_dtype(x: Any) -> jnp.dtype:
+    """The dtype of a leaf: an array's or ``ShapeDtypeStruct``'s dtype; for a Python scalar, JAX's dtype for it
+    (float32 for a ``float``, int32 for an ``int``; float64/int64 under x64)."""
+    dtype = getattr(x, "dtype", None)
+    return jnp.dtype(dtype) if dtype is not None else jnp.result_type(x)
+
+
+def zeros_for(x: Any, dtype=None) -> jax.Array:
+    """Zeros shaped like the leaf ``x`` (an array, a tracer, a ``ShapeDtypeStruct`` or a Python scalar) in ``dtype``
+    (default: the leaf's dtype).
+
+    For a (possibly traced) array the zeros come from ``jnp.zeros_like``, so they keep ``x``'s sharding, eagerly and
+    under ``jit``: optimizer state that mirrors a sharded parameter is sharded like it. Other leaves get plain zeros,
+    which is what makes ``init`` work on ``jax.ShapeDtypeStruct`` leaves and on Python numbers.
+    """
+    dtype = leaf_dtype(x) if dtype is None else jnp.dtype(dtype)
+    if isinstance(x, jax.Array):
+        return jnp.zeros_like(x, dtype=dtype)
+    return jnp.zeros(jnp.shape(x), dtype)
+
+
 def abs_sq(x: ArrayLike) -> jax.Array:
     """``|x|^2`` elementwise, real-valued for complex ``x`` (``x * conj(x)``)."""
     x = jnp.asarray(x)

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checks import argument_error, check_int
-from ._numerics import state_dtype
+from ._numerics import leaf_dtype, state_dtype, zeros_for
 
 _F32_MANTISSA = 23
 _F32_ONE_EXPONENT = 127
@@ -321,6 +321,6 @@ def quantized_zeros(params: Any, storage: Blockwise8bit, dense_dtype: Any = None
     def leaf(p):
         if storage.quantizes(p):
             return storage.zeros(p)
-        return jnp.zeros(jnp.shape(p), state_dtype(p.dtype, dense_dtype))
+        return zeros_for(p, state_dtype(leaf_dtype(p), dense_dtype))
 
     return jax.tree.map(leaf, params)

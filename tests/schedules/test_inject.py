@@ -181,8 +181,8 @@ def test_static_arguments_are_detected():
     assert last["table"] == [1] and last["name"] == "n" and last["flag"] is True
 
 
-def test_callable_pytree_is_data_and_function_parameters_are_not_schedules():
-    assert gradax._hyperparams.is_callable_data(Mask(jnp.ones(2)))
+def test_callable_pytree_is_a_schedule_and_function_parameters_are_not_schedules():
+    assert gradax._hyperparams.is_schedule(Mask(jnp.ones(2)))  # a callable hyperparameter is a schedule
     tx_seen.clear()
     plain_mask = lambda params: params  # noqa: E731 - a mask function, passed to a parameter named mask
     opt = gradax.inject_hyperparams(_factory)(learning_rate=0.5, mask=plain_mask)

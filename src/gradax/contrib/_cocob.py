@@ -11,7 +11,7 @@ from jax.typing import ArrayLike
 from .._base import GradientTransformation, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_needs, check_positive
 from .._maps import map_n
-from .._numerics import compute_dtype, state_dtype
+from .._numerics import compute_dtype, leaf_dtype, state_dtype, zeros_for
 from ..optimizers._moments import hyper_values
 from ..optimizers._rms import full_state_like
 from ..transforms._adding import add_decayed_weights
@@ -78,8 +78,8 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
 
     def init(params):
         def leaf(p):
-            dtype = state_dtype(p.dtype)
-            zeros = lambda: jnp.zeros(jnp.shape(p), dtype)  # noqa: E731 - one buffer per field (donation-safe)
+            dtype = state_dtype(leaf_dtype(p))
+            zeros = lambda: zeros_for(p, dtype)  # noqa: E731 - one buffer per field (donation-safe)
             if isinstance(p, jax.ShapeDtypeStruct):  # not known yet: NaN marks it, the first update fills it in
                 start = jnp.full(jnp.shape(p), jnp.nan if jnp.issubdtype(dtype, jnp.inexact) else 0, dtype)
             else:

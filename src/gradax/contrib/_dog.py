@@ -11,7 +11,7 @@ from jax.typing import ArrayLike
 from .._base import GradientTransformation, MaskOrFn, ScalarOrSchedule, identity
 from .._checks import argument_error, check_needs, check_non_negative, check_one_of, check_positive
 from .._hyperparams import as_value
-from .._numerics import abs_sq, at_first_step, compute_dtype, state_dtype
+from .._numerics import abs_sq, at_first_step, compute_dtype, leaf_dtype, state_dtype, zeros_for
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -23,7 +23,7 @@ def _scalar_dtype(params) -> jnp.dtype:
     leaves = jax.tree.leaves(params)
     if not leaves:
         return as_value(0.0).dtype
-    dtypes = [state_dtype(p.dtype) for p in leaves]
+    dtypes = [state_dtype(leaf_dtype(p)) for p in leaves]
     return min(dtypes, key=lambda d: jnp.finfo(d).bits)
 
 
@@ -33,8 +33,8 @@ def _is_abstract(params) -> bool:
 
 def _copy(params):
     def leaf(p):
-        dtype = state_dtype(p.dtype)
-        return jnp.zeros(jnp.shape(p), dtype) if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
+        dtype = state_dtype(leaf_dtype(p))
+        return zeros_for(p, dtype) if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
 
     return jax.tree.map(leaf, params)
 

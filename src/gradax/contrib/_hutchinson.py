@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformationExtraArgs
-from .._checks import argument_error, check_needs
-from ..transforms._adding import _as_key
+from .._checks import check_needs
+from ..transforms._adding import key_maker
 
 
 class HutchinsonState(NamedTuple):
@@ -52,16 +52,11 @@ def hutchinson_estimator_diag_hessian(random_seed: jax.Array | int | None = None
       (Liu et al., 2023, https://arxiv.org/abs/2305.14342).
     """
     api = "hutchinson_estimator_diag_hessian"
-    try:
-        key0 = _as_key(api, 0 if random_seed is None else random_seed)
-    except ValueError:
-        raise argument_error(
-            api, "random_seed", "an int seed or a PRNG key", random_seed, "Pass random_seed=jax.random.key(0)"
-        ) from None
+    make_key = key_maker(api, 0 if random_seed is None else random_seed, "random_seed")
 
     def init(params):
         del params
-        return HutchinsonState(key=key0)
+        return HutchinsonState(key=make_key())
 
     def update(updates, state, params=None, obj_fn: Any = None, **extra_args):
         del updates, extra_args

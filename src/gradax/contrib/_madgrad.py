@@ -11,7 +11,7 @@ from .._base import GradientTransformation, ScalarOrSchedule, Updates
 from .._checks import check_interval, check_needs, check_non_negative
 from .._hyperparams import as_value, value_at
 from .._maps import map_n
-from .._numerics import at_first_step, compute_dtype, safe_int32_increment, state_dtype
+from .._numerics import at_first_step, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 
@@ -71,8 +71,8 @@ def scale_by_madgrad(
 
     def init(params):
         def leaf(p):
-            dtype = state_dtype(p.dtype)
-            zeros = lambda: jnp.zeros(jnp.shape(p), dtype)  # noqa: E731 - one buffer per field (donation-safe)
+            dtype = state_dtype(leaf_dtype(p))
+            zeros = lambda: zeros_for(p, dtype)  # noqa: E731 - one buffer per field (donation-safe)
             start = zeros() if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
             return zeros(), zeros(), start
 
@@ -96,7 +96,9 @@ def scale_by_madgrad(
             u = x_new - pc
             return u.astype(g.dtype), gss_new.astype(gss.dtype), s_new.astype(s.dtype), x0.astype(gss.dtype)
 
-        out, gss, s, x0 = map_n(4, leaf, updates, state.grad_sum_sq, state.s, at_first_step(first, params, state.x0), params)
+        out, gss, s, x0 = map_n(
+            4, leaf, updates, state.grad_sum_sq, state.s, at_first_step(first, params, state.x0), params
+        )
         return out, MadgradState(count=safe_int32_increment(state.count), grad_sum_sq=gss, s=s, x0=x0)
 
     return GradientTransformation(init, update)

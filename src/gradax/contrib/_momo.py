@@ -12,7 +12,7 @@ from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
 from .._checks import check_decay, check_needs, check_non_negative
 from .._hyperparams import as_value, hyperparam_dtype, value_at
 from .._maps import map_n
-from .._numerics import compute_dtype, safe_int32_increment
+from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, zeros_for
 from ._dadapt_common import tensor_vdot
 
 
@@ -38,7 +38,7 @@ class MomoAdamState(NamedTuple):
 
 
 def _zeros(params):
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), compute_dtype(p.dtype)), params)
+    return jax.tree.map(lambda p: zeros_for(p, compute_dtype(leaf_dtype(p))), params)
 
 
 def _tree_sum(tree) -> jax.Array:

@@ -13,7 +13,7 @@ from jax.typing import ArrayLike
 from .._base import GradientTransformation, Params, ScalarOrSchedule, init_empty_state
 from .._checks import argument_error, check_decay, check_int, check_non_negative, check_one_of
 from .._hyperparams import as_value
-from .._numerics import compute_dtype, safe_int32_increment, state_dtype
+from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from ..optimizers._adam import adamw
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
@@ -41,7 +41,21 @@ _NS_PRESETS = {
         (2.8769, -3.1427, 1.2046),
         (2.8366, -3.0525, 1.2012),
     ),
+    # Polar Express (Amsel et al., 2025): the greedy minimax-optimal quintic of each step for singular values in
+    # [1e-3, 1], with a 1e-2 safety margin; a schedule read from its first row (see _ns_coeffs_array)
+    "polar_express": (
+        (8.237312490495555, -23.157747414558198, 16.680568411445915),
+        (4.082441999064835, -2.893047735332586, 0.5252849256975648),
+        (3.9263479922546582, -2.8547468034765298, 0.5318022422894988),
+        (3.2982187133085143, -2.424541981026706, 0.48632008358844075),
+        (2.2970369434552573, -1.63662558125903, 0.4002628455953627),
+        (1.8763805351440397, -1.2347896577722228, 0.35891887501668385),
+        (1.8564423485617974, -1.2132449880935525, 0.3568003487825883),
+        (1.8749994008682747, -1.2499988017229169, 0.3749994008546422),
+    ),
 }
+# presets whose rows are a schedule from the first step on: ns_steps takes the first rows, repeating the last
+_FROM_FIRST = ("polar_express",)
 
 
 class MuonState(NamedTuple):
@@ -91,10 +105,18 @@ def orthogonalize(x, coeffs, ns_steps, preconditioning, eps, dims: MuonDimension
     return map_matrices(lambda m: _newton_schulz(m, coeffs, ns_steps, preconditioning, eps), x, dims)
 
 
+def preset_rows(api: str, name: str, ns_steps: int) -> tuple:
+    """The Newton-Schulz coefficient rows of a named preset for ``ns_steps`` iterations."""
+    check_one_of(api, "ns_coeffs", name, tuple(_NS_PRESETS))
+    rows = _NS_PRESETS[name]
+    if name in _FROM_FIRST and isinstance(ns_steps, int):
+        return tuple(rows[min(i, len(rows) - 1)] for i in range(ns_steps))
+    return rows
+
+
 def _ns_coeffs_array(api, ns_coeffs, ns_steps):
     if isinstance(ns_coeffs, str):
-        check_one_of(api, "ns_coeffs", ns_coeffs, tuple(_NS_PRESETS))
-        ns_coeffs = _NS_PRESETS[ns_coeffs]
+        ns_coeffs = preset_rows(api, ns_coeffs, ns_steps)
     c = jnp.asarray(ns_coeffs, jnp.float32)
     if c.ndim not in (1, 2) or c.shape[-1] != 3:
         raise argument_error(api, "ns_coeffs", "of shape (3,) or (n, 3)", ns_coeffs)
@@ -171,7 +193,7 @@ def scale_by_muon(
     _check(api, ns_coeffs, ns_steps, beta, eps, preconditioning)
 
     def init(params):
-        mu = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype, mu_dtype)), params)
+        mu = jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p), mu_dtype)), params)
         return MuonState(jnp.zeros([], jnp.int32), mu, _ns_coeffs_array(api, ns_coeffs, ns_steps))
 
     def update(updates, state, params=None):
@@ -267,7 +289,9 @@ def muon(
     Args:
       learning_rate: :math:`\eta`, a number or a schedule.
       ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov, adaptive, preconditioning: see :func:`scale_by_muon`;
-        ``ns_coeffs`` may also be ``'standard'`` or ``'dion'``.
+        ``ns_coeffs`` may also be ``'standard'``, ``'dion'`` or
+        ``'polar_express'`` (Amsel et al., 2025: per-step coefficients read from the first step, the last repeated
+        when ``ns_steps`` exceeds 8).
       weight_decay: :math:`\lambda >= 0` for the Muon leaves; ``weight_decay_mask`` restricts it.
       adam_b1, adam_b2, adam_eps_root, adam_weight_decay, adam_learning_rate: AdamW's arguments for the other leaves
         (``adam_learning_rate`` defaults to ``learning_rate``).
@@ -295,7 +319,7 @@ def muon(
     check_non_negative(api, "learning_rate", learning_rate)
     check_non_negative(api, "weight_decay", weight_decay)
     if isinstance(ns_coeffs, str):
-        ns_coeffs = _NS_PRESETS[ns_coeffs]
+        ns_coeffs = preset_rows(api, ns_coeffs, ns_steps)
     if adam_learning_rate is None:
         adam_learning_rate = learning_rate
     user_dims = muon_weight_dimension_numbers

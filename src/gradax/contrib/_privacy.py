@@ -14,7 +14,7 @@ from .._checks import argument_error, check_decay, check_non_negative, check_pos
 from .._hyperparams import as_value
 from .._numerics import compute_dtype
 from ..transforms._accumulation import trace
-from ..transforms._adding import _as_key
+from ..transforms._adding import key_maker
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -75,11 +75,11 @@ def differentially_private_aggregate(
     if key is None:
         warnings.warn(f"{api}: no key given; using key=0. Pass key=jax.random.key(...).", stacklevel=2)
         key = 0
-    rng_key = _as_key(api, key)
+    make_key = key_maker(api, key)
 
     def init(params):
         del params
-        return DifferentiallyPrivateAggregateState(rng_key=rng_key)
+        return DifferentiallyPrivateAggregateState(rng_key=make_key())
 
     def update(updates, state, params=None):
         del params

@@ -24,7 +24,7 @@ from .._base import (
     with_extra_args_support,
 )
 from .._checks import argument_error, check_int, check_interval
-from .._numerics import safe_int32_increment, state_dtype
+from .._numerics import leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from ..transforms._combining import chain
 
 PerElementUpdates: TypeAlias = Any
@@ -180,7 +180,7 @@ def accumulate_avg_updates(accumulation_steps: int) -> GradientTransformationExt
         return AccumulateAvgUpdatesState(
             micro_step=jnp.zeros([], jnp.int32),
             ready=jnp.zeros([], bool),
-            avg_grad=jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype)), params),
+            avg_grad=jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p))), params),
         )
 
     def update(updates, state, params=None, **extra_args):
@@ -297,7 +297,7 @@ def get_per_element_mean_and_sum_sq_diff_grads(
         return Aggregator(init_empty_state, update_single)
 
     def init(params):
-        zeros = lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype))  # noqa: E731
+        zeros = lambda p: zeros_for(p, state_dtype(leaf_dtype(p)))  # noqa: E731
         return PerElementMeanAndSumSqDiffGradsState(
             micro_step=jnp.zeros([], jnp.int32),
             ready=jnp.zeros([], bool),
@@ -372,7 +372,7 @@ def track_per_element_mean_and_variance_with_ema(ema_decay: ArrayLike = 0.9) -> 
     check_interval(api, "ema_decay", ema_decay, 0.0, 1.0, high_closed=False)
 
     def init(params):
-        zeros = lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype))  # noqa: E731
+        zeros = lambda p: zeros_for(p, state_dtype(leaf_dtype(p)))  # noqa: E731
         return PerElementMeanAndVarianceEMAState(
             count=jnp.zeros([], jnp.int32),
             ema_decay=jnp.asarray(ema_decay, jnp.float32),

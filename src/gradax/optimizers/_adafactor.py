@@ -21,7 +21,7 @@ from .._base import (
 from .._checks import check_decay, check_int, check_non_negative, check_positive
 from .._hyperparams import as_value, hyperparam_dtype, is_schedule
 from .._maps import map_n
-from .._numerics import abs_sq, compute_dtype, safe_int32_increment, state_dtype
+from .._numerics import abs_sq, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from ..transforms._accumulation import ema
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
@@ -125,10 +125,10 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
 
     def init(params):
         def leaf(p):
-            shape, dtype = tuple(jnp.shape(p)), state_dtype(p.dtype)
+            shape, dtype = tuple(jnp.shape(p)), state_dtype(leaf_dtype(p))
             dims = factored_dims(shape, factored, min_dim_size_to_factor)
             if dims is None:  # placeholders for the row and column statistics (distinct buffers: donation-safe)
-                return jnp.zeros((1,), dtype), jnp.zeros((1,), dtype), jnp.zeros(shape, dtype)
+                return jnp.zeros((1,), dtype), jnp.zeros((1,), dtype), zeros_for(p, dtype)
             d1, d0 = dims
             without = lambda axis: tuple(n for i, n in enumerate(shape) if i != axis)  # noqa: E731
             return jnp.zeros(without(d0), dtype), jnp.zeros(without(d1), dtype), jnp.zeros((1,), dtype)

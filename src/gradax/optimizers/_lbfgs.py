@@ -16,7 +16,7 @@ from .._base import (
     identity,
 )
 from .._checks import check_int, check_needs
-from .._numerics import abs_sq, safe_int32_increment
+from .._numerics import abs_sq, safe_int32_increment, zeros_for
 from ..transforms._combining import chain
 from ..transforms._linesearch import scale_by_zoom_linesearch, value_dtype
 from ..transforms._scaling import scale, scale_by_learning_rate
@@ -117,7 +117,7 @@ def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True) -> Gr
     def init(params):
         dt = value_dtype(params)
         # one buffer per field (a donated state must not hold one buffer twice)
-        zeros = lambda: jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), p.dtype), params)  # noqa: E731
+        zeros = lambda: jax.tree.map(lambda p: zeros_for(p), params)  # noqa: E731
         stacked = lambda: jax.tree.map(lambda p: jnp.zeros((memory_size, *jnp.shape(p)), p.dtype), params)  # noqa: E731
         return ScaleByLBFGSState(
             count=jnp.zeros([], jnp.int32),

@@ -12,7 +12,7 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Par
 from .._checks import check_decay, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
-from .._numerics import abs_sq, compute_dtype, safe_int32_increment, state_dtype
+from .._numerics import abs_sq, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from ..transforms._accumulation import trace
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -54,7 +54,9 @@ def full_state_like(params: Params, value, dtype=None) -> Params:
     """
 
     def leaf(p):
-        dt = state_dtype(p.dtype, dtype)
+        dt = state_dtype(leaf_dtype(p), dtype)
+        if isinstance(p, jax.Array):  # keeps the param's sharding, eagerly and under jit
+            return zeros_for(p, dt) + jnp.asarray(value, dt)
         return jnp.full(jnp.shape(p), jnp.array(value, dt, copy=True))
 
     return jax.tree.map(leaf, params)

@@ -12,7 +12,7 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Par
 from .._checks import check_interval, check_non_negative, check_positive
 from .._hyperparams import as_value, is_schedule, value_at
 from .._maps import map_n
-from .._numerics import compute_dtype, state_dtype
+from .._numerics import compute_dtype, leaf_dtype, state_dtype, zeros_for
 from ..transforms._combining import chain
 from ..transforms._scaling import scale
 from ._rms import full_state_like
@@ -90,7 +90,7 @@ def scale_by_rprop(
     def init(params):
         return ScaleByRpropState(
             step_sizes=full_state_like(params, initial),
-            prev_updates=jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype)), params),
+            prev_updates=jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p))), params),
         )
 
     def update(updates, state, params=None):

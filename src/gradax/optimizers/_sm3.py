@@ -13,7 +13,7 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Par
 from .._checks import argument_error, check_decay, check_interval, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
-from .._numerics import compute_dtype, state_dtype
+from .._numerics import compute_dtype, leaf_dtype, state_dtype, zeros_for
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -76,14 +76,14 @@ def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8
         _reject_complex(params)
 
         def accumulators(p):
-            dtype = state_dtype(p.dtype)
+            dtype = state_dtype(leaf_dtype(p))
             shape = jnp.shape(p)
             if not shape:
                 return [jnp.zeros([], dtype)]
             return [jnp.zeros((n,), dtype) for n in shape]
 
         mu = jax.tree.map(accumulators, params)
-        nu = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype)), params)
+        nu = jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p))), params)
         return ScaleBySM3State(mu=mu, nu=nu)
 
     def update(updates, state, params=None):

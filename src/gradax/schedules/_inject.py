@@ -8,11 +8,11 @@ between steps. Which arguments become hyperparameters is decided per argument, w
 * ints become entries only when the factory's parameter takes floats (its annotation mentions ``float``,
   ``ArrayLike``, ``Schedule``..., or, without annotation, it has no default or a float default); ints such as sizes
   and step counts (annotated ``int``) stay static, since factories use them for shapes and Python control flow;
-* schedules (plain callables that are single pytree leaves, passed to a parameter that is not a function-valued
-  one such as ``mask`` or ``*_fn``) are evaluated at every step; stateful schedules (``init``/``update``/call) keep
+* schedules (any callable, Equinox closures included, passed to a parameter that is not a function-valued one
+  such as ``mask`` or ``*_fn``) are evaluated at every step; stateful schedules (``init``/``update``/call) keep
   a state in ``hyperparams_states``;
-* everything else (bools, None, strings, dtypes, tuples, masks, callables that are pytrees such as Equinox
-  modules, transformations) is passed to the factory unchanged.
+* everything else (bools, None, strings, dtypes, tuples, masks, PRNG keys, transformations) is passed to the
+  factory unchanged.
 
 Hyperparameters are stored in float32 (float64 under x64) whatever the params' dtype, unless ``hyperparam_dtype`` is
 given, so bfloat16 params never round ``b2=0.999`` to 1. Because gradax's optimizers convert their
@@ -132,12 +132,20 @@ def _is_stateful_schedule(value: Any) -> bool:
     return callable(value) and callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))
 
 
-_KEY_NAMES = ("key", "seed", "rng", "rng_key", "prng_key")
+_KEY_NAMES = ("key", "seed", "rng", "rng_key", "prng_key", "random_seed")
+_KEY_WORDS = ("PRNGKey", "KeyArray", "prng_key")
+
+
+def _takes_key(name: str, param: inspect.Parameter | None) -> bool:
+    """Whether ``param`` takes a random key or seed (by its name, or by an annotation naming a PRNG key)."""
+    return name in _KEY_NAMES or any(word in _annotation_text(param) for word in _KEY_WORDS)
 
 
 def _kind(name: str, value: Any, param: inspect.Parameter | None) -> str:
-    if name in _KEY_NAMES:
+    if _takes_key(name, param):
         return _STATIC  # random keys and seeds are data for the factory, never hyperparameters
+    if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+        return _STATIC  # a typed key, whatever the parameter's name
     if value is None or isinstance(value, (bool, np.bool_, str, bytes, type, np.dtype)):
         return _STATIC
     if callable(value):
@@ -151,8 +159,9 @@ def _kind(name: str, value: Any, param: inspect.Parameter | None) -> str:
     if isinstance(value, (int, np.integer)):
         return _NUMERIC if _takes_floats(param) else _STATIC
     if isinstance(value, (jax.Array, np.ndarray)):
-        kind = np.dtype(value.dtype).kind if not jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key) else "V"
-        return _NUMERIC if kind in "iufc" else _STATIC
+        # jnp.issubdtype, not numpy's dtype kind: bfloat16 (an ml_dtypes type) has numpy kind "V"
+        numeric = jnp.issubdtype(value.dtype, jnp.number) and not jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
+        return _NUMERIC if numeric else _STATIC
     return _STATIC
 
 

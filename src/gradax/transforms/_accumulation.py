@@ -12,7 +12,7 @@ from .._base import GradientTransformation, Params
 from .._checks import check_interval, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
-from .._numerics import safe_int32_increment, state_dtype
+from .._numerics import leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 
 
 class TraceState(NamedTuple):
@@ -23,7 +23,7 @@ class TraceState(NamedTuple):
 
 def zeros_state_like(params: Params, dtype=None) -> Params:
     """Zeros shaped like ``params`` (arrays or ``ShapeDtypeStruct``), with the dtype rule of :func:`state_dtype`."""
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype, dtype)), params)
+    return jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p), dtype)), params)
 
 
 def trace(decay: ArrayLike, nesterov: bool = False, accumulator_dtype: Any | None = None) -> GradientTransformation:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import EmptyState, GradientTransformation, MaskOrFn, ScalarOrSchedule
@@ -37,16 +39,25 @@ def skips_decay(weight_decay: Any) -> bool:
     return isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool) and weight_decay == 0.0
 
 
-def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = None) -> GradientTransformation:
+def add_decayed_weights(
+    weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = None, *, cautious: bool = False
+) -> GradientTransformation:
     r"""Adds the parameters scaled by a weight-decay rate to the updates (decoupled weight decay).
 
     .. math::
-      u \leftarrow u + \lambda(t)\, \theta.
+      u \leftarrow u + \lambda(t)\, \theta
+      \qquad\text{or, with } \texttt{cautious}, \qquad
+      u \leftarrow u + \lambda(t)\, \mathbb 1[u \odot \theta \ge 0] \odot \theta.
+
+    Cautious weight decay (``cautious=True``) decays only the coordinates where the incoming update (the descent
+    direction before the learning rate, as in every recipe's chain) has the sign of the parameter, so the decay
+    never pulls against the optimizer's step; it takes no new hyperparameter.
 
     Args:
       weight_decay: :math:`\lambda`, a number, an array or a schedule of the step count.
       mask: which leaves to decay: a pytree of booleans with the structure of the params (or a prefix of it), or a
         function of the params returning one. ``None`` decays every leaf.
+      cautious: apply cautious weight decay (Chen et al., 2025); ``False`` keeps Optax's numbers.
 
     Returns:
       A :class:`GradientTransformation`; its state is :class:`AddDecayedWeightsState` (empty), or a state with a
@@ -61,6 +72,7 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = N
 
     References:
       Loshchilov and Hutter, 2019, "Decoupled Weight Decay Regularization".
+      Chen et al., 2025, "Cautious Weight Decay", https://arxiv.org/abs/2510.12402.
     """
     check_interval("add_decayed_weights", "weight_decay", weight_decay)
     scheduled = is_schedule(weight_decay)
@@ -82,6 +94,11 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = N
             rate = as_value(weight_decay)
 
         def leaf(u, p):
+            if cautious:
+                dtype = compute_dtype(u.dtype)
+                up = u.astype(dtype) * jnp.conj(p.astype(dtype))
+                keep = (jnp.real(up) if jnp.iscomplexobj(up) else up) >= 0
+                return (u + jnp.where(keep, rate * p, 0)).astype(u.dtype)
             return (u + rate * p).astype(u.dtype)
 
         return jax.tree.map(leaf, updates, params), new_state
@@ -92,17 +109,22 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = N
     return masked(tx, mask)
 
 
-def _as_key(api: str, key: Any) -> jax.Array:
-    """A typed PRNG key from an int seed, a typed key, or a raw uint32 key."""
+def key_maker(api: str, key: Any, arg: str = "key") -> Callable[[], jax.Array]:
+    """Checks ``key`` (an int seed, a typed PRNG key or a raw uint32 key) and returns a function making the typed key.
+
+    Nothing is created here: a key from an int seed is made when the returned function is called (inside ``init``),
+    so building a transformation at import time never touches a JAX backend or leaves an array alive.
+    """
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key
-    if isinstance(key, (int,)) and not isinstance(key, bool):
-        return jax.random.key(key)
-    if isinstance(key, (jax.Array,)) and key.dtype == jnp.uint32 and key.shape == (2,):
-        return jax.random.wrap_key_data(key)
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jnp.integer) and key.ndim == 0:
-        return jax.random.key(key)
-    raise argument_error(api, "key", "an int seed or a PRNG key", key, "Pass key=jax.random.key(0) or key=0")
+        return lambda: key
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        seed = int(key)
+        return lambda: jax.random.key(seed)
+    if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32 and key.shape == (2,):
+        return lambda: jax.random.wrap_key_data(jnp.asarray(key))
+    if isinstance(key, (jax.Array, np.ndarray)) and np.issubdtype(key.dtype, np.integer) and key.ndim == 0:
+        return lambda: jax.random.key(key)
+    raise argument_error(api, arg, "an int seed or a PRNG key", key, f"Pass {arg}=jax.random.key(0) or {arg}=0")
 
 
 def add_noise(
@@ -143,11 +165,11 @@ def add_noise(
     if key is None:
         warnings.warn("add_noise: no key given; using key=0. Pass key=jax.random.key(...).", stacklevel=2)
         key = 0
-    key = _as_key("add_noise", key)
+    make_key = key_maker("add_noise", key)
 
     def init(params):
         del params
-        return AddNoiseState(count=jnp.zeros([], jnp.int32), rng_key=key)
+        return AddNoiseState(count=jnp.zeros([], jnp.int32), rng_key=make_key())
 
     def update(updates, state, params=None):
         del params

@@ -19,7 +19,7 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformationExtraArgs, Params, Updates
 from .._checks import argument_error, check_int, check_interval, check_needs, check_non_negative, check_positive
-from .._numerics import compute_dtype
+from .._numerics import compute_dtype, zeros_for
 
 # --- tree helpers (one pass per leaf) ------------------------------------------------------------------------------
 
@@ -63,7 +63,7 @@ def value_dtype(params: Params) -> jnp.dtype:
 
 
 def _zeros_like_params(params):
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), p.dtype), params)
+    return jax.tree.map(lambda p: zeros_for(p), params)
 
 
 def _split_fn_kwargs(value_fn: Callable, extra_args: dict) -> dict:
@@ -190,7 +190,7 @@ def scale_by_backtracking_linesearch(
         check_needs(api, "params", params)
         _check_needs_all(api, value, grad, value_fn)
         fn = functools.partial(value_fn, **_split_fn_kwargs(value_fn, extra_args))
-        dt = state.value.dtype
+        dt = jnp.asarray(state.value).dtype  # a state edited with tree.set may hold Python scalars
         value = jnp.asarray(value).astype(dt)
         slope = _slope(grad, updates).astype(dt)
 
@@ -400,7 +400,7 @@ def scale_by_zoom_linesearch(
         check_needs(api, "params", params)
         _check_needs_all(api, value, grad, value_fn)
         value_and_grad = jax.value_and_grad(functools.partial(value_fn, **_split_fn_kwargs(value_fn, extra_args)))
-        dt = state.value.dtype
+        dt = jnp.asarray(state.value).dtype  # a state edited with tree.set may hold Python scalars
         value0 = jnp.asarray(value).astype(dt)
         slope0 = _slope(grad, updates).astype(dt)
         grad = _cast_like(grad, params)
@@ -507,7 +507,7 @@ def scale_by_zoom_linesearch(
             return _cast_like(new, c)
 
         zero = jnp.zeros([], dt)
-        guess = jnp.ones([], dt) if initial_guess_strategy == "one" else state.learning_rate.astype(dt)
+        guess = jnp.ones([], dt) if initial_guess_strategy == "one" else jnp.asarray(state.learning_rate).astype(dt)
         start = _ZoomCarry(
             count=jnp.zeros([], jnp.int32), stepsize_guess=guess, stepsize=zero, value=value0, grad=grad,
             slope=slope0, decrease_error=jnp.asarray(jnp.inf, dt), curvature_error=jnp.asarray(jnp.inf, dt),
@@ -595,6 +595,12 @@ def value_and_grad_from_state(value_fn: Callable[..., ArrayLike]) -> Callable[..
 
     def value_and_grad(params, *fn_args, state, **fn_kwargs):
         values, grads = _find_fields(state, "value"), _find_fields(state, "grad")
+        if len(values) > 1 or len(grads) > 1:  # KeyError, as tree.get raises for a name found several times
+            raise KeyError(
+                f"value_and_grad_from_state: the optimizer state must hold exactly one `value` and one `grad`; got "
+                f"{len(values)} value and {len(grads)} grad fields (several line searches). Keep one line search in "
+                "the optimizer."
+            )
         if len(values) != 1 or len(grads) != 1 or values[0] is None or grads[0] is None:
             raise ValueError(
                 "value_and_grad_from_state: the optimizer state must hold exactly one `value` and one `grad` "

@@ -19,7 +19,7 @@ from .._base import (
 )
 from .._checks import check_callable_or_none, check_int, check_positive
 from .._hyperparams import is_schedule
-from .._numerics import abs_sq, safe_int32_increment, state_dtype
+from .._numerics import abs_sq, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 
 
 class ShouldSkipUpdateFunction(Protocol):
@@ -158,10 +158,10 @@ class MultiSteps:
 
     def init(self, params: Params) -> MultiStepsState:
         """The state: zero counters, the inner optimizer's state and a zero accumulator shaped like ``params``."""
-        acc = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype, self._acc_dtype)), params)
+        acc = jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p), self._acc_dtype)), params)
         skip_state = ()
         if self._should_skip is not None:
-            zeros = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), p.dtype), params)
+            zeros = jax.tree.map(lambda p: zeros_for(p), params)
             skip_state = _strong(self._should_skip(zeros, jnp.zeros([], jnp.int32), zeros)[1])
         return MultiStepsState(
             mini_step=jnp.zeros([], jnp.int32),
@@ -266,9 +266,7 @@ def apply_every(k: int = 1) -> GradientTransformation:
     check_positive("apply_every", "k", k)
 
     def init(params):
-        return ApplyEvery(
-            count=jnp.zeros([], jnp.int32), grad_acc=jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), p.dtype), params)
-        )
+        return ApplyEvery(count=jnp.zeros([], jnp.int32), grad_acc=jax.tree.map(lambda p: zeros_for(p), params))
 
     def update(updates, state, params=None):
         del params

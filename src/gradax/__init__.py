@@ -175,6 +175,7 @@ from .optimizers._polyak import scale_by_distance_over_gradients as scale_by_dis
 from .transforms._masking import MaskedNode as MaskedNode
 from .transforms._masking import MaskedState as MaskedState
 from .transforms._masking import masked as masked
+from .transforms._cautious import cautious as cautious
 from .transforms._partition import MultiTransformState as MultiTransformState
 from .transforms._partition import PartitionState as PartitionState
 from .transforms._partition import describe_labels as describe_labels
@@ -241,6 +242,7 @@ from . import microbatching as microbatching
 from . import perturbations as perturbations
 from . import projections as projections
 from . import second_order as second_order
+from . import sharding as sharding
 from . import schedules as schedules
 from . import tree as tree
 from . import tree_utils as tree_utils

@@ -21,6 +21,7 @@ from ._constraining import zero_nans as zero_nans
 from ._masking import MaskedNode as MaskedNode
 from ._masking import MaskedState as MaskedState
 from ._masking import masked as masked
+from ._cautious import cautious as cautious
 from ._partition import PartitionState as PartitionState
 from ._partition import describe_labels as describe_labels
 from ._partition import freeze as freeze

@@ -49,7 +49,8 @@ def _run_if(condition, inner, updates, inner_state, params, extra_args, otherwis
 class ApplyIfFiniteState(NamedTuple):
     """State of :func:`apply_if_finite`."""
 
-    notfinite_count: Any  # shape=(), int32: consecutive non-finite updates (reset to 0 by a finite one; saturates)
+    notfinite_count: Any  # shape=(), int32: consecutive non-finite updates (reset to 0 by a finite one; stops at
+    # max_consecutive_errors + 1, the value at which the wrapper has given up)
     last_finite: Any  # shape=(), bool: whether the last update was finite
     total_notfinite: Any  # shape=(), int32: non-finite updates since init (never reset; saturates at 2**31 - 1)
     inner_state: Any  # the inner transformation's state
@@ -66,10 +67,13 @@ def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) 
     r"""Skips updates that contain a NaN or an infinity: the update is zero and the inner state is left unchanged.
 
     After more than ``max_consecutive_errors`` consecutive non-finite updates the wrapper gives up and applies them
-    (the non-finite values then reach the inner state and the params).
+    (the non-finite values then reach the inner state and the params). Once it has given up, ``notfinite_count``
+    stops counting: it stays at ``max_consecutive_errors + 1`` (Optax 0.2.8 keeps incrementing it) until a finite
+    update resets it to 0; ``total_notfinite`` counts every non-finite update.
 
     .. math::
-      c_t = \begin{cases} 0 & g_t \text{ finite} \\ c_{t-1} + 1 & \text{otherwise} \end{cases}, \qquad
+      c_t = \begin{cases} 0 & g_t \text{ finite} \\ \min(c_{t-1} + 1,\ \text{max\_consecutive\_errors} + 1)
+      & \text{otherwise} \end{cases}, \qquad
       \text{apply } \mathrm{inner}(g_t) \iff g_t \text{ finite or } c_t > \text{max\_consecutive\_errors}.
 
     Args:
@@ -101,7 +105,8 @@ def apply_if_finite(inner: GradientTransformation, max_consecutive_errors: int) 
 
     def update(updates, state, params=None, **extra_args):
         finite = _all_finite(updates)
-        count = jnp.where(finite, 0, safe_int32_increment(state.notfinite_count)).astype(jnp.int32)
+        given_up = jnp.minimum(safe_int32_increment(state.notfinite_count), max_consecutive_errors + 1)
+        count = jnp.where(finite, 0, given_up).astype(jnp.int32)
         total = jnp.where(finite, state.total_notfinite, safe_int32_increment(state.total_notfinite))
         apply = jnp.logical_or(finite, count > max_consecutive_errors)
         new_updates, inner_state = _run_if(

@@ -1,0 +1,80 @@
+"""gradax.cautious and cautious weight decay, against pytorch_optimizer's cautious variants (float64, 20 steps)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradax
+
+from ._torch_reference import assert_runs_close, problem, run_gradax, run_torch
+
+torch = pytest.importorskip("torch")
+pytorch_optimizer = pytest.importorskip("pytorch_optimizer")
+
+SHAPES = {"w": (4, 3), "b": (3,)}
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_cautious_lion_matches_pytorch_optimizer(weight_decay):
+    params, grads = problem(SHAPES, steps=20)
+    if weight_decay:  # the paper (and the reference) decay outside the mask: compose it that way
+        tx = gradax.chain(
+            gradax.cautious(gradax.scale_by_lion(b1=0.9, b2=0.99), aligned_with_gradient=True),
+            gradax.add_decayed_weights(weight_decay),
+            gradax.scale_by_learning_rate(1e-2),
+        )
+    else:
+        tx = gradax.cautious(gradax.lion(1e-2, b1=0.9, b2=0.99, weight_decay=0.0))
+    ours, _ = run_gradax(tx, params, grads)
+    theirs, _ = run_torch(
+        lambda ps: pytorch_optimizer.Lion(ps, lr=1e-2, betas=(0.9, 0.99), weight_decay=weight_decay, cautious=True),
+        params,
+        grads,
+    )
+    assert_runs_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_cautious_on_a_building_block_keeps_gradient_aligned_coordinates():
+    g = jnp.array([1.0, -1.0, 2.0, 0.5])
+    inner = gradax.stateless(lambda u, p: jnp.array([1.0, 1.0, -1.0, 2.0]))
+    u, _ = gradax.cautious(inner, aligned_with_gradient=True).update(g, gradax.EmptyState())
+    # kept: coordinates 0 and 3 (u * g > 0); rescaled by 4 / (2 + 1)
+    np.testing.assert_allclose(u, jnp.array([1.0, 0.0, 0.0, 2.0]) * 4 / 3, rtol=1e-6)
+    u, _ = gradax.cautious(inner).update(g, gradax.EmptyState())  # a descent update: keep u * g < 0
+    np.testing.assert_allclose(u, jnp.array([0.0, 1.0, -1.0, 0.0]) * 4 / 3, rtol=1e-6)
+
+
+def test_cautious_keeps_dtypes_and_the_inner_state():
+    p = {"a": jnp.ones(3, jnp.bfloat16)}
+    inner = gradax.adamw(1e-2)
+    tx = gradax.cautious(inner)
+    u, s = tx.update({"a": jnp.full(3, 0.5, jnp.bfloat16)}, tx.init(p), p)
+    assert u["a"].dtype == jnp.bfloat16
+    assert type(s) is type(inner.init(p))
+
+
+def test_cautious_error():
+    with pytest.raises(TypeError, match=r"cautious\(inner=\.\.\.\) must be a GradientTransformation; got int"):
+        gradax.cautious(3)
+
+
+def test_cautious_weight_decay_decays_only_where_update_and_param_agree():
+    p = jnp.array([1.0, -1.0, 2.0, -2.0])
+    u = jnp.array([0.5, 0.5, -0.5, -0.5])
+    tx = gradax.add_decayed_weights(0.1, cautious=True)
+    out, _ = tx.update(u, tx.init(p), p)
+    np.testing.assert_allclose(out, u + 0.1 * jnp.array([1.0, 0.0, 0.0, -2.0]), rtol=1e-6)
+    plain, _ = gradax.add_decayed_weights(0.1).update(u, tx.init(p), p)
+    np.testing.assert_allclose(plain, u + 0.1 * p, rtol=1e-6)
+
+
+def test_cautious_weight_decay_with_schedule_and_mask():
+    p = {"w": jnp.array([1.0, -1.0]), "b": jnp.array([3.0])}
+    u = {"w": jnp.array([1.0, 1.0]), "b": jnp.array([1.0])}
+    tx = gradax.add_decayed_weights(lambda c: 0.5 * (c + 1), mask={"w": True, "b": False}, cautious=True)
+    s = tx.init(p)
+    out, s = tx.update(u, s, p)
+    np.testing.assert_allclose(out["w"], [1.5, 1.0])
+    np.testing.assert_allclose(out["b"], [1.0])
+    out, s = tx.update(u, s, p)
+    np.testing.assert_allclose(out["w"], [2.0, 1.0])

@@ -69,3 +69,8 @@ from ._momo import MomoState as MomoState
 from ._momo import momo as momo
 from ._momo import MomoAdamState as MomoAdamState
 from ._momo import momo_adam as momo_adam
+
+# first-order optimizers (issue 18)
+from ._mars import ScaleByMarsState as ScaleByMarsState
+from ._mars import mars as mars
+from ._mars import scale_by_mars as scale_by_mars

@@ -2,9 +2,13 @@
 MARS, Adam-mini, LaProp, Grams, SPAM, APOLLO, CAME. Optax 0.2.8 has none of them (``oracle=False``); each is
 compared with its torch reference in ``tests/contrib/test_<name>_reference.py``."""
 
+import jax
+import jax.numpy as jnp
+
 from . import Entry
 
 _SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_BIG = lambda p: jax.tree.map(lambda x: jnp.ndim(x) > 1, p)  # noqa: E731
 
 ENTRIES = [
     Entry("cautious", make=lambda ox: ox.cautious(ox.adamw(1e-2)), needs_params=True, oracle=False, inject=False),
@@ -22,6 +26,19 @@ ENTRIES = [
         oracle=False,
         inject=False,
     ),
+    Entry("contrib.scale_by_mars", {"gamma": 0.025}, oracle=False),
+    Entry("contrib.scale_by_mars", {"variant": "lion"}, oracle=False),
+    Entry("contrib.mars", {"learning_rate": 1e-2, "weight_decay": 1e-3}, needs_params=True, oracle=False),
+    Entry("contrib.mars", {"learning_rate": 1e-2, "variant": "lion", "mask": _BIG}, needs_params=True, oracle=False),
+    Entry(
+        "contrib.mars",
+        make=lambda ox: ox.contrib.mars(_SCHED, weight_decay=_SCHED, cautious_weight_decay=True),
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    ),
 ]
 
-COVERED = {}
+COVERED = {
+    "contrib.ScaleByMarsState": "tests/contrib/test_mars_reference.py",
+}

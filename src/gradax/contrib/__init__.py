@@ -74,3 +74,9 @@ from ._momo import momo_adam as momo_adam
 from ._mars import ScaleByMarsState as ScaleByMarsState
 from ._mars import mars as mars
 from ._mars import scale_by_mars as scale_by_mars
+from ._laprop import ScaleByLaPropState as ScaleByLaPropState
+from ._laprop import laprop as laprop
+from ._laprop import scale_by_laprop as scale_by_laprop
+from ._grams import ScaleByGramsState as ScaleByGramsState
+from ._grams import grams as grams
+from ._grams import scale_by_grams as scale_by_grams

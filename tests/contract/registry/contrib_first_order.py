@@ -37,8 +37,32 @@ ENTRIES = [
         oracle=False,
         inject=False,
     ),
+    Entry("contrib.scale_by_laprop", {"b1": 0.9, "b2": 0.99}, oracle=False),
+    Entry(
+        "contrib.laprop", {"learning_rate": 1e-2, "weight_decay": 1e-3, "mask": _BIG}, needs_params=True, oracle=False
+    ),
+    Entry(
+        "contrib.laprop",
+        make=lambda ox: ox.contrib.laprop(_SCHED, weight_decay=_SCHED, cautious_weight_decay=True),
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    ),
+    Entry("contrib.scale_by_grams", {"b1": 0.9, "b2": 0.99}, oracle=False),
+    Entry(
+        "contrib.grams", {"learning_rate": 1e-2, "weight_decay": 1e-3, "mask": _BIG}, needs_params=True, oracle=False
+    ),
+    Entry(
+        "contrib.grams",
+        make=lambda ox: ox.contrib.grams(_SCHED, weight_decay=_SCHED),
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    ),
 ]
 
 COVERED = {
+    "contrib.ScaleByLaPropState": "tests/contrib/test_laprop_reference.py",
+    "contrib.ScaleByGramsState": "tests/contrib/test_grams_reference.py",
     "contrib.ScaleByMarsState": "tests/contrib/test_mars_reference.py",
 }

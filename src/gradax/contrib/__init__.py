@@ -80,3 +80,8 @@ from ._laprop import scale_by_laprop as scale_by_laprop
 from ._grams import ScaleByGramsState as ScaleByGramsState
 from ._grams import grams as grams
 from ._grams import scale_by_grams as scale_by_grams
+
+# issue 17: SOAP and Shampoo
+from ._soap import SOAPState as SOAPState
+from ._soap import scale_by_soap as scale_by_soap
+from ._soap import soap as soap

@@ -1,0 +1,314 @@
+"""SOAP (Vyas et al., 2024): Adam run in the eigenbasis of Shampoo's preconditioner, the basis refreshed every few
+steps by one step of QR-based power iteration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.shard_alike import shard_alike
+from jax.typing import ArrayLike
+
+from .._base import GradientTransformation, MaskOrFn, Params, ScalarOrSchedule
+from .._checks import check_decay, check_int, check_non_negative
+from .._hyperparams import as_value
+from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from ..transforms._adding import add_decayed_weights
+from ..transforms._combining import chain
+from ..transforms._scaling import scale_by_learning_rate
+from ._kronecker import Layout, axis_gram, layout, leaf_dims, mode_product
+from ._matrix_shapes import MuonDimensionNumbers, default_dims
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+class SOAPState(NamedTuple):
+    """State of :func:`scale_by_soap`.
+
+    Per leaf, ``stats`` and ``bases`` hold one entry per axis of the leaf's tensor view (see ``Layout`` in
+    ``_kronecker``): a ``(*batch, d, d)`` array, or None for an axis that is not preconditioned.
+    """
+
+    count: jax.Array  # shape=(), int32: the number of updates so far
+    mu: Any  # like params: the first moment, in the parameters' own basis
+    nu: Any  # like params: the second moment, in the eigenbasis
+    stats: Any  # per leaf, a tuple: the factor statistics L = E[G G^T] of each axis (or None)
+    bases: Any  # per leaf, a tuple: the eigenbasis Q of each axis's statistics (or None)
+
+
+def _eigenbasis(s: jax.Array) -> jax.Array:
+    """The eigenvectors of a symmetric ``s``, by decreasing eigenvalue."""
+    _, q = jnp.linalg.eigh(s, symmetrize_input=True)
+    return q[:, ::-1]
+
+
+def _power_qr(stats: tuple, bases: tuple) -> tuple:
+    """One power-iteration step ``Q <- qr(L Q)`` per axis, the columns of ``L Q`` taken by decreasing estimated
+    eigenvalue ``diag(Q^T L Q)`` (the order Gram-Schmidt sees them in), then put back in their previous order.
+
+    Putting them back keeps each column paired with the same second-moment entry, which is what the reference does by
+    permuting the second moment instead: the same update, with the second moment never gathered (it stays laid out,
+    and sharded, like the parameters).
+    """
+    out = []
+    for s, q in zip(stats, bases):
+        if s is None:
+            out.append(None)
+            continue
+        lq = jnp.matmul(s, q, precision=_HIGHEST)
+        order = jnp.argsort(-jnp.sum(q * lq, axis=0), stable=True)
+        out.append(jnp.linalg.qr(lq[:, order])[0][:, jnp.argsort(order)])
+    return tuple(out)
+
+
+def scale_by_soap(
+    b1: ArrayLike = 0.95,
+    b2: ArrayLike = 0.95,
+    shampoo_beta: ArrayLike | None = None,
+    eps: ArrayLike = 1e-8,
+    precondition_frequency: int = 10,
+    max_precond_dim: int = 10000,
+    *,
+    merge_dims: bool = False,
+    precondition_1d: bool = False,
+    one_sided: bool = False,
+    mu_dtype: Any | None = None,
+    weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Any] | None = None,
+) -> GradientTransformation:
+    r"""SOAP's direction: Adam in the eigenbasis of Shampoo's factor statistics.
+
+    For a matrix gradient :math:`G_t` with factor statistics :math:`L, R` and their eigenbases :math:`Q_L, Q_R`
+    (from the previous step):
+
+    .. math::
+        G'_t &= Q_L^\top G_t Q_R, \quad M_t = \beta_1 M_{t-1} + (1 - \beta_1) G_t, \quad
+            V_t = \beta_2 V_{t-1} + (1 - \beta_2) G'^2_t, \\
+        u_t &= \frac{\sqrt{1 - \beta_2^t}}{1 - \beta_1^t}\,
+            Q_L \frac{Q_L^\top M_t Q_R}{\sqrt{V_t} + \epsilon} Q_R^\top, \\
+        L_t &= \beta_s L_{t-1} + (1 - \beta_s) G_t G_t^\top, \quad
+            R_t = \beta_s R_{t-1} + (1 - \beta_s) G_t^\top G_t,
+
+    and every ``precondition_frequency`` steps :math:`Q \leftarrow \mathrm{qr}(L Q)` (Gram-Schmidt taking the
+    columns by decreasing :math:`\mathrm{diag}(Q^\top L Q)`; each column keeps its entry of :math:`V`). The first call only builds the statistics and their
+    exact eigenbases (``eigh``) and returns a zero update, so a gradient is never projected on a basis built from
+    itself; :math:`t` counts the steps after it. A tensor gets one factor per axis; an axis longer than
+    ``max_precond_dim`` gets none (identity), so a 50,000-row embedding is preconditioned on its other side only.
+
+    Shapes: a leaf with :class:`MuonDimensionNumbers` is a batch of ``(fan_in, fan_out)`` matrices, each with its
+    own factors (stacked layers, conv kernels); by default a leaf of rank >= 2 is its last two axes, its leading
+    axes stacked layers (``merge_dims=True`` instead treats it as one tensor with adjacent axes merged while their
+    product is at most ``max_precond_dim``); scalars and vectors (unless ``precondition_1d``) have no factor: their
+    update is exactly Adam's.
+
+    Args:
+      b1: decay of the first moment, in :math:`[0, 1)`.
+      b2: decay of the second moment, in :math:`[0, 1)`.
+      shampoo_beta: :math:`\beta_s`, decay of the factor statistics in :math:`[0, 1)`; None uses ``b2``.
+      eps: :math:`\epsilon >= 0`.
+      precondition_frequency: steps between eigenbasis refreshes (an int >= 1).
+      max_precond_dim: the largest axis that gets a factor (an int >= 1).
+      merge_dims: see Shapes above.
+      precondition_1d: also precondition vectors (with a ``(n, n)`` factor).
+      one_sided: precondition only the shortest preconditioned axis of each tensor (the paper's one-sided SOAP, for
+        very wide matrices: memory ``min(m, n)^2``).
+      mu_dtype: dtype of the first moment (default: the parameters', float32 for bf16/f16). The factors and
+        the second moment are float32 for bf16/f16 parameters.
+      weight_dimension_numbers: a :class:`MuonDimensionNumbers` for every leaf, a tree of them (None for the
+        default), or a function of the updates returning one.
+
+    Returns:
+      A :class:`GradientTransformation` with state :class:`SOAPState`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> tx = gradax.contrib.scale_by_soap()
+      >>> g = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+      >>> s = tx.init(g)
+      >>> u, s = tx.update(g, s)  # the first call only builds the eigenbases
+      >>> float(jnp.abs(u).max())
+      0.0
+      >>> u, s = tx.update(g, s)  # then Adam in that basis: a first step of sign-like size
+      >>> jnp.shape(u), bool(jnp.all(jnp.isfinite(u)))
+      ((2, 2), True)
+
+    References:
+      Vyas et al., `SOAP: Improving and Stabilizing Shampoo using Adam <https://arxiv.org/abs/2409.11321>`_, 2024.
+    """
+    api = "scale_by_soap"
+    check_decay(api, "b1", b1)
+    check_decay(api, "b2", b2)
+    if shampoo_beta is not None:
+        check_decay(api, "shampoo_beta", shampoo_beta)
+    check_non_negative(api, "eps", eps)
+    check_int(api, "precondition_frequency", precondition_frequency, low=1)
+    check_int(api, "max_precond_dim", max_precond_dim, low=1)
+
+    def view(shape, dims) -> tuple[Layout, tuple[bool, ...]]:
+        if dims is None and len(shape) >= 2 and not merge_dims:
+            dims = default_dims(len(shape))
+        lay = layout(tuple(shape), dims, merge_dims, max_precond_dim)
+        if len(lay.dims) == 1:
+            flags = (precondition_1d and lay.dims[0] <= max_precond_dim,)
+        else:
+            flags = tuple(d <= max_precond_dim for d in lay.dims)
+        if one_sided and sum(flags) > 1:
+            keep = min((d, i) for i, (d, f) in enumerate(zip(lay.dims, flags)) if f)[1]
+            flags = tuple(i == keep for i in range(len(flags)))
+        return lay, flags
+
+    def init(params):
+        def leaf(p, dims):
+            lay, flags = view(jnp.shape(p), dims)
+            sd = state_dtype(leaf_dtype(p))
+
+            def eye(d):
+                return jnp.zeros((*lay.batch, d, d), sd) + jnp.eye(d, dtype=sd)
+
+            stats = tuple(jnp.zeros((*lay.batch, d, d), sd) if f else None for d, f in zip(lay.dims, flags))
+            bases = tuple(eye(d) if f else None for d, f in zip(lay.dims, flags))
+            return zeros_for(p, state_dtype(leaf_dtype(p), mu_dtype)), zeros_for(p, sd), stats, bases
+
+        flat, treedef = jax.tree.flatten(params)
+        outs = [leaf(p, d) for p, d in zip(flat, treedef.flatten_up_to(leaf_dims(weight_dimension_numbers, params)))]
+        mu, nu, stats, bases = (treedef.unflatten([o[k] for o in outs]) for k in range(4))
+        return SOAPState(jnp.zeros([], jnp.int32), mu, nu, stats, bases)
+
+    def update(updates, state, params=None):
+        del params
+        count = state.count
+        beta1, beta2, epsilon = as_value(b1), as_value(b2), as_value(eps)
+        beta_s = beta2 if shampoo_beta is None else as_value(shampoo_beta)
+        k = jnp.maximum(count, 1).astype(beta1.dtype)
+        step_size = jnp.sqrt(1 - beta2**k) / (1 - beta1**k)
+        first = count == 0
+        branch = jnp.where(first, 1, jnp.where(count % precondition_frequency == 0, 2, 0))
+
+        def one(g, mu, nu, stats, bases):
+            """One tensor of the batch: the update, the new moments, statistics and bases."""
+            mu_new = beta1 * mu + (1 - beta1) * g
+            nu_new = beta2 * nu + (1 - beta2) * jnp.square(mode_product(g, bases))
+            rotated = mode_product(mu_new, bases) / (jnp.sqrt(nu_new) + epsilon)
+            u = step_size * mode_product(rotated, bases, transpose=True)
+            u = jnp.where(first, jnp.zeros_like(u), u)
+            mu_new, nu_new = jnp.where(first, mu, mu_new), jnp.where(first, nu, nu_new)
+            stats = tuple(
+                None if s is None else beta_s * s + (1 - beta_s) * axis_gram(g, i) for i, s in enumerate(stats)
+            )
+            if any(s is not None for s in stats):
+                bases = jax.lax.switch(
+                    branch,
+                    [
+                        lambda s, q: q,
+                        lambda s, q: tuple(None if x is None else _eigenbasis(x) for x in s),
+                        _power_qr,
+                    ],
+                    stats,
+                    bases,
+                )
+            return u, mu_new, nu_new, stats, bases
+
+        def leaf(g, mu, nu, stats, bases, dims):
+            lay, _ = view(g.shape, dims)
+            cd = compute_dtype(jnp.result_type(g, mu, nu))
+
+            def blocks(x):
+                return lay.to_blocks(x.astype(cd))
+
+            def mats(t):
+                return tuple(None if s is None else s.astype(cd).reshape(lay.size, *s.shape[-2:]) for s in t)
+
+            u, m, v, s, q = jax.vmap(one)(blocks(g), blocks(mu), blocks(nu), mats(stats), mats(bases))
+
+            def back(t, like):
+                return tuple(None if x is None else x.reshape(y.shape).astype(y.dtype) for x, y in zip(t, like))
+
+            # the second moment comes out of rotations (matmuls): keep it laid out on devices like the gradient
+            v, _ = shard_alike(lay.from_blocks(v).astype(nu.dtype), g)
+            return (
+                lay.from_blocks(u).astype(g.dtype),
+                lay.from_blocks(m).astype(mu.dtype),
+                v,
+                back(s, stats),
+                back(q, bases),
+            )
+
+        flat, treedef = jax.tree.flatten(updates)
+        dims = treedef.flatten_up_to(leaf_dims(weight_dimension_numbers, updates))
+        parts = (treedef.flatten_up_to(t) for t in (state.mu, state.nu, state.stats, state.bases))
+        outs = [leaf(*args) for args in zip(flat, *parts, dims)]
+        new_u, mu, nu, stats, bases = (treedef.unflatten([o[k] for o in outs]) for k in range(5))
+        return new_u, SOAPState(safe_int32_increment(count), mu, nu, stats, bases)
+
+    return GradientTransformation(init, update)
+
+
+def soap(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.95,
+    b2: ArrayLike = 0.95,
+    shampoo_beta: ArrayLike | None = None,
+    eps: ArrayLike = 1e-8,
+    weight_decay: ScalarOrSchedule = 0.01,
+    mask: MaskOrFn = None,
+    precondition_frequency: int = 10,
+    max_precond_dim: int = 10000,
+    *,
+    merge_dims: bool = False,
+    precondition_1d: bool = False,
+    one_sided: bool = False,
+    mu_dtype: Any | None = None,
+    weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Any] | None = None,
+) -> GradientTransformation:
+    r"""SOAP with decoupled weight decay: :func:`scale_by_soap`, then AdamW's decay and the learning rate.
+
+    .. math::
+        \theta_{t+1} = \theta_t - \eta_t \left(u_t + \lambda \theta_t\right),
+
+    with :math:`u_t` the update of :func:`scale_by_soap`. Matrices (and stacked/conv weights given
+    :class:`MuonDimensionNumbers`) are preconditioned; scalars and vectors get Adam (SOAP with an identity basis).
+
+    Args:
+      learning_rate: :math:`\eta`, a number or a schedule.
+      b1, b2, shampoo_beta, eps, precondition_frequency, max_precond_dim, merge_dims, precondition_1d, one_sided,
+        mu_dtype, weight_dimension_numbers: see :func:`scale_by_soap`.
+      weight_decay: :math:`\lambda >= 0`, a number or a schedule.
+      mask: which leaves are decayed (a tree or a function of the params), as in :func:`gradax.adamw`.
+
+    Returns:
+      A :class:`GradientTransformation`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> opt = gradax.contrib.soap(1e-2, precondition_frequency=2)
+      >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+      >>> state = opt.init(params)
+      >>> for _ in range(3):
+      ...     u, state = opt.update(params, state, params)
+      ...     params = gradax.apply_updates(params, u)
+      >>> [x.shape for x in state[0].stats["w"]]
+      [(3, 3), (2, 2)]
+
+    References:
+      Vyas et al., `SOAP: Improving and Stabilizing Shampoo using Adam <https://arxiv.org/abs/2409.11321>`_, 2024.
+    """
+    check_non_negative("soap", "learning_rate", learning_rate)
+    check_non_negative("soap", "weight_decay", weight_decay)
+    return chain(
+        scale_by_soap(
+            b1,
+            b2,
+            shampoo_beta,
+            eps,
+            precondition_frequency,
+            max_precond_dim,
+            merge_dims=merge_dims,
+            precondition_1d=precondition_1d,
+            one_sided=one_sided,
+            mu_dtype=mu_dtype,
+            weight_dimension_numbers=weight_dimension_numbers,
+        ),
+        add_decayed_weights(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
+    )

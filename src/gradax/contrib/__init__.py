@@ -85,3 +85,12 @@ from ._grams import scale_by_grams as scale_by_grams
 from ._soap import SOAPState as SOAPState
 from ._soap import scale_by_soap as scale_by_soap
 from ._soap import soap as soap
+
+# matrix optimizers (issue 17: Muon family, PSGD-Kron, Scion)
+from ._muon_family import AdaMuonState as AdaMuonState
+from ._muon_family import NorMuonState as NorMuonState
+from ._muon_family import adamuon as adamuon
+from ._muon_family import muon_clip as muon_clip
+from ._muon_family import normuon as normuon
+from ._muon_family import scale_by_adamuon as scale_by_adamuon
+from ._muon_family import scale_by_normuon as scale_by_normuon

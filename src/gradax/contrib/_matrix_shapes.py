@@ -103,7 +103,7 @@ def map_matrices(fn: Callable[[jax.Array], jax.Array], x: jax.Array, dims: MuonD
     return restore(jax.lax.map(fn, flat))
 
 
-def resolve_dims(weight_dimension_numbers: Any, tree: Any) -> Any:
+def resolve_dims(weight_dimension_numbers: Any, tree: Any, api: str = "scale_by_muon") -> Any:
     """The dimension numbers of every leaf of ``tree``, from a :class:`MuonDimensionNumbers`, a prefix tree of them
     (None and masked nodes allowed), a function of the tree returning either, or None (the default per leaf, which
     raises for a scalar or a vector)."""
@@ -113,7 +113,7 @@ def resolve_dims(weight_dimension_numbers: Any, tree: Any) -> Any:
         else weight_dimension_numbers
     )
     if dims is None:
-        return jax.tree.map(lambda u: default_dims(jnp.ndim(u)), tree)
+        return jax.tree.map(lambda u: default_dims(jnp.ndim(u), api), tree)
     if isinstance(dims, MuonDimensionNumbers):
         return jax.tree.map(lambda u: dims, tree)
     return jax.tree.map(lambda d, sub: jax.tree.map(lambda u: d, sub), dims, tree, is_leaf=is_dims)

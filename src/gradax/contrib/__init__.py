@@ -80,6 +80,9 @@ from ._laprop import scale_by_laprop as scale_by_laprop
 from ._grams import ScaleByGramsState as ScaleByGramsState
 from ._grams import grams as grams
 from ._grams import scale_by_grams as scale_by_grams
+from ._came import ScaleByCameState as ScaleByCameState
+from ._came import came as came
+from ._came import scale_by_came as scale_by_came
 
 # issue 17: SOAP and Shampoo
 from ._soap import SOAPState as SOAPState

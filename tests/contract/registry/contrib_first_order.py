@@ -59,9 +59,19 @@ ENTRIES = [
         oracle=False,
         inject=False,
     ),
+    Entry("contrib.scale_by_came", {"b3": 0.999}, oracle=False),
+    Entry("contrib.came", {"learning_rate": 1e-2, "weight_decay": 1e-3, "mask": _BIG}, needs_params=True, oracle=False),
+    Entry(
+        "contrib.came",
+        make=lambda ox: ox.contrib.came(_SCHED, weight_decay=_SCHED, cautious_weight_decay=True),
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    ),
 ]
 
 COVERED = {
+    "contrib.ScaleByCameState": "tests/contrib/test_came_reference.py",
     "contrib.ScaleByLaPropState": "tests/contrib/test_laprop_reference.py",
     "contrib.ScaleByGramsState": "tests/contrib/test_grams_reference.py",
     "contrib.ScaleByMarsState": "tests/contrib/test_mars_reference.py",

@@ -1,0 +1,228 @@
+"""CAME: confidence-guided Adafactor (factored second moment, momentum, and a factored instability estimate)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
+from .._checks import check_decay, check_non_negative, check_positive
+from .._maps import map_n
+from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from ..optimizers._moments import hyper_values
+from ..transforms._accumulation import zeros_state_like
+from ..transforms._adding import add_decayed_weights
+from ..transforms._combining import chain
+from ..transforms._scaling import scale_by_learning_rate
+
+
+class ScaleByCameState(NamedTuple):
+    """State of :func:`scale_by_came`. Leaves with fewer than 2 dimensions keep a full second moment ``nu`` and
+    shape-(1,) placeholders in the factored fields; leaves with 2 or more keep row and column statistics over their
+    last two axes and a shape-(1,) placeholder in ``nu``."""
+
+    count: jax.Array  # shape=(), dtype=int32: the number of updates so far
+    mu: Any  # like params (mu_dtype; float32 for bf16/f16 params): the momentum of the normalized update
+    nu_row: Any  # shape[:-1] per factored leaf: row means of the second moment
+    nu_col: Any  # shape[:-2] + shape[-1:] per factored leaf: column means of the second moment
+    nu: Any  # like params for unfactored leaves: the second moment
+    res_row: Any  # shape[:-1] per factored leaf: row means of the instability (u - m)^2
+    res_col: Any  # shape[:-2] + shape[-1:] per factored leaf: column means of the instability
+
+
+def _factored(shape) -> bool:
+    return len(shape) >= 2
+
+
+def _rsqrt_factors(row: jax.Array, col: jax.Array) -> jax.Array:
+    """:math:`1/\\sqrt{\\hat V}` with :math:`\\hat V = r c^\\top / \\mathrm{mean}(r)` over the last two axes."""
+    r = jax.lax.rsqrt(row / jnp.mean(row, axis=-1, keepdims=True))
+    return r[..., :, None] * jax.lax.rsqrt(col)[..., None, :]
+
+
+def scale_by_came(
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    b3: ArrayLike = 0.9999,
+    eps1: ArrayLike = 1e-30,
+    eps2: ArrayLike = 1e-16,
+    clip_threshold: ArrayLike = 1.0,
+    mu_dtype: Any | None = None,
+) -> GradientTransformation:
+    r"""Rescales updates with CAME: Adafactor's factored preconditioner, with a momentum whose step is scaled down
+    where it disagrees with the current update (its "instability" is large).
+
+    For a matrix leaf (the last two axes; leading axes are batched), with row/column means
+    :math:`\bar r(\cdot)`, :math:`\bar c(\cdot)`:
+
+    .. math::
+      r_t = \beta_2 r_{t-1} + (1-\beta_2) \bar r(g_t^2 + \epsilon_1), \quad
+      c_t = \beta_2 c_{t-1} + (1-\beta_2) \bar c(g_t^2 + \epsilon_1), \quad
+      u_t = g_t / \sqrt{r_t c_t^\top / \mathrm{mean}(r_t)}, \\
+      u_t \leftarrow u_t / \max(1, \mathrm{RMS}(u_t) / d), \qquad m_t = \beta_1 m_{t-1} + (1-\beta_1) u_t, \\
+      U_t = (u_t - m_t)^2 + \epsilon_2, \quad R_t = \beta_3 R_{t-1} + (1-\beta_3) \bar r(U_t), \quad
+      C_t = \beta_3 C_{t-1} + (1-\beta_3) \bar c(U_t), \\
+      \text{update} = m_t / \sqrt{R_t C_t^\top / \mathrm{mean}(R_t)}.
+
+    Vectors and scalars keep a full second moment and their update is :math:`m_t` (no confidence term). There is
+    no bias correction. Use it as a memory-light replacement of Adam (it stores :math:`O(n + m)` statistics per
+    matrix, plus the momentum) that is steadier than Adafactor with momentum, e.g. for large language models.
+
+    Args:
+      b1: :math:`\beta_1 \in [0, 1)`, decay of the momentum.
+      b2: :math:`\beta_2 \in [0, 1)`, decay of the second moment.
+      b3: :math:`\beta_3 \in [0, 1)`, decay of the instability.
+      eps1: :math:`\epsilon_1 \ge 0`, added to the squared gradient.
+      eps2: :math:`\epsilon_2 \ge 0`, added to the instability.
+      clip_threshold: :math:`d > 0`, the bound on the RMS of the normalized update.
+      mu_dtype: dtype of the momentum.
+
+    Returns:
+      A :class:`GradientTransformation` with state :class:`ScaleByCameState`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> tx = gradax.contrib.scale_by_came()
+      >>> tx.update(jnp.array([0.5, -2.0]), tx.init(jnp.zeros(2)))[0]
+      Array([ 0.1, -0.1], dtype=float32)
+
+    References:
+      Luo et al., 2023, "CAME: Confidence-guided Adaptive Memory Efficient Optimization" (ACL),
+      https://arxiv.org/abs/2307.02047.
+    """
+    api = "scale_by_came"
+    check_decay(api, "b1", b1)
+    check_decay(api, "b2", b2)
+    check_decay(api, "b3", b3)
+    check_non_negative(api, "eps1", eps1)
+    check_non_negative(api, "eps2", eps2)
+    check_positive(api, "clip_threshold", clip_threshold)
+
+    def init(params):
+        def stats(p):
+            shape, dtype = jnp.shape(p), state_dtype(leaf_dtype(p))
+            small = jnp.zeros((1,), dtype)
+            if not _factored(shape):
+                return small, small, zeros_for(p, dtype), small, small
+            row = jnp.zeros(shape[:-1], dtype)
+            col = jnp.zeros(shape[:-2] + shape[-1:], dtype)
+            return row, col, small, row, col
+
+        nu_row, nu_col, nu, res_row, res_col = map_n(5, stats, params)
+        return ScaleByCameState(
+            count=jnp.zeros([], jnp.int32),
+            mu=zeros_state_like(params, mu_dtype),
+            nu_row=nu_row,
+            nu_col=nu_col,
+            nu=nu,
+            res_row=res_row,
+            res_col=res_col,
+        )
+
+    def update(updates, state, params=None):
+        del params
+        beta1, beta2, beta3, e1, e2, d = hyper_values(b1, b2, b3, eps1, eps2, clip_threshold)
+
+        def leaf(g, m, vr, vc, v, rr, rc):
+            gc = g.astype(compute_dtype(g.dtype))
+            sq = gc * gc + e1
+            if _factored(g.shape):
+                vr_new = beta2 * vr + (1 - beta2) * jnp.mean(sq, axis=-1)
+                vc_new = beta2 * vc + (1 - beta2) * jnp.mean(sq, axis=-2)
+                v_new = v
+                u = gc * _rsqrt_factors(vr_new, vc_new)
+            else:
+                vr_new, vc_new = vr, vc
+                v_new = beta2 * v + (1 - beta2) * sq
+                u = gc * jax.lax.rsqrt(v_new)
+            u = u / jnp.maximum(1.0, jnp.sqrt(jnp.mean(u * u)) / d)
+            m_new = beta1 * m + (1 - beta1) * u
+            if _factored(g.shape):
+                res = (u - m_new) ** 2 + e2
+                rr_new = beta3 * rr + (1 - beta3) * jnp.mean(res, axis=-1)
+                rc_new = beta3 * rc + (1 - beta3) * jnp.mean(res, axis=-2)
+                out = m_new * _rsqrt_factors(rr_new, rc_new)
+            else:
+                rr_new, rc_new, out = rr, rc, m_new
+            return (
+                out.astype(g.dtype),
+                m_new.astype(m.dtype),
+                vr_new.astype(vr.dtype),
+                vc_new.astype(vc.dtype),
+                v_new.astype(v.dtype),
+                rr_new.astype(rr.dtype),
+                rc_new.astype(rc.dtype),
+            )
+
+        out, mu, nu_row, nu_col, nu, res_row, res_col = map_n(
+            7, leaf, updates, state.mu, state.nu_row, state.nu_col, state.nu, state.res_row, state.res_col
+        )
+        return out, ScaleByCameState(
+            count=safe_int32_increment(state.count),
+            mu=mu,
+            nu_row=nu_row,
+            nu_col=nu_col,
+            nu=nu,
+            res_row=res_row,
+            res_col=res_col,
+        )
+
+    return GradientTransformation(init, update)
+
+
+def came(
+    learning_rate: ScalarOrSchedule = 2e-4,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    b3: ArrayLike = 0.9999,
+    eps1: ArrayLike = 1e-30,
+    eps2: ArrayLike = 1e-16,
+    clip_threshold: ArrayLike = 1.0,
+    weight_decay: ScalarOrSchedule = 0.0,
+    mask: MaskOrFn = None,
+    *,
+    mu_dtype: Any | None = None,
+    cautious_weight_decay: bool = False,
+) -> GradientTransformationExtraArgs:
+    r"""The CAME optimizer with decoupled weight decay.
+
+    .. math::
+      \theta_t = \theta_{t-1} - \eta_t \left(\text{update}_t + \lambda_t \theta_{t-1}\right),
+
+    with :math:`\text{update}_t` from :func:`scale_by_came`.
+
+    Args:
+      learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
+      b1: :math:`\beta_1 \in [0, 1)`.
+      b2: :math:`\beta_2 \in [0, 1)`.
+      b3: :math:`\beta_3 \in [0, 1)`.
+      eps1: :math:`\epsilon_1 \ge 0`.
+      eps2: :math:`\epsilon_2 \ge 0`.
+      clip_threshold: :math:`d > 0`.
+      weight_decay: :math:`\lambda \ge 0`, a number, an array or a schedule.
+      mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      mu_dtype: dtype of the momentum.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign.
+
+    Returns:
+      A :class:`GradientTransformationExtraArgs`.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> opt = gradax.contrib.came(learning_rate=1.0)
+      >>> opt.update(jnp.ones((2, 2)), opt.init(jnp.zeros((2, 2))), jnp.zeros((2, 2)))[0]
+      Array([[-11.110192, -11.110192],
+             [-11.110192, -11.110192]], dtype=float32)
+
+    References:
+      Luo et al., 2023, "CAME: Confidence-guided Adaptive Memory Efficient Optimization" (ACL),
+      https://arxiv.org/abs/2307.02047.
+    """
+    return chain(
+        scale_by_came(b1, b2, b3, eps1, eps2, clip_threshold, mu_dtype),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
+    )

@@ -125,7 +125,15 @@ def test_train_digits(tmp_path, capsys):
         ]
     )
     assert rc == 0
-    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "lr.png", "metrics.jsonl", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoints",
+        "curves.png",
+        "lr.png",
+        "metrics.jsonl",
+        "run.json",
+        "summary.json",
+    ]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["12"]  # the final one (default: every 100)
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == list(range(1, 13))
     assert recs[0]["learning_rate"] == 0.0 and recs[4]["learning_rate"] == pytest.approx(3e-3)

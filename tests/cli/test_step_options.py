@@ -76,7 +76,7 @@ def test_train_with_flatten_of_a_fused_optimizer_runs_the_flat_kernel():
     hlo = step.lower(params, opt.init(params), xb, yb).compile().as_text()
     assert ("gradax_adamw_flat_step" in hlo) == gradax.fused.kernel_status().available
     state = opt.init(params)
-    new_params, new_state, loss, _ = step(jax.tree.map(jnp.copy, params), state, xb, yb)
-    assert jnp.isfinite(loss)
+    new_params, new_state, loss, _, finite = step(jax.tree.map(jnp.copy, params), state, xb, yb)
+    assert jnp.isfinite(loss) and finite
     assert jax.tree.structure(new_state) == jax.tree.structure(opt.init(params))
     assert any(bool(jnp.any(a != b)) for a, b in zip(jax.tree.leaves(new_params), jax.tree.leaves(params)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -16,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ._checkpoint import Checkpoints, OutputError, RunFolder, find_run, latest_step_in
 from ._expr import ExpressionError, parse_optimizer, parse_schedule
-from ._run import OutputError, RunFolder, plot_curves, plot_values, train
+from ._run import EXIT_INTERRUPTED, EXIT_NONFINITE, History, plot_curves, plot_values, train
 from ._tasks import TASKS, TaskError, get_task
 
 
@@ -47,32 +49,154 @@ def _short(expr: str, n: int = 90) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# settings of a new or resumed run
+# ----------------------------------------------------------------------------------------------------------------
+
+#: Options fixed when a run starts; ``--resume`` refuses them (the run continues with the settings in its run.json).
+FIXED = ("task", "seed", "batch_size", "eval_every", "checkpoint_every", "on_nonfinite", "out")
+
+
+def _settings(args, command: str) -> tuple[dict, str | None]:
+    """The run's settings (``run.json``) and, for ``--resume``, the folder to continue."""
+    if args.resume is None:
+        task = get_task(args.task or "digits")
+        steps = _positive("--steps", args.steps) or task.default_steps
+        config = {
+            "command": command,
+            "task": task.name,
+            "steps": steps,
+            "batch_size": _positive("--batch-size", args.batch_size) or task.default_batch_size,
+            "seed": 0 if args.seed is None else args.seed,
+            "eval_every": _positive("--eval-every", args.eval_every) or max(1, steps // 20),
+            "checkpoint_every": _positive("--checkpoint-every", args.checkpoint_every) or 100,
+            "on_nonfinite": args.on_nonfinite or "stop",
+        }
+        if command == "train":
+            config["optimizer"] = args.optimizer or task.default_optimizer
+        else:
+            if len(args.optimizers) < 2:
+                raise CliError("compare needs at least two optimizer expressions")
+            config["optimizers"] = args.optimizers
+        return config, None
+    given = [f"--{k.replace('_', '-')}" for k in FIXED if getattr(args, k) is not None]
+    given += ["--overwrite"] if args.overwrite else []
+    given += ["--optimizer"] if command == "train" and args.optimizer is not None else []
+    given += ["OPTIMIZER"] if command == "compare" and args.optimizers else []
+    if given:
+        raise CliError(
+            f"--resume continues a run with the settings it started with; got {', '.join(given)}. Drop them (only "
+            "--steps and --quiet may be given with --resume)"
+        )
+    folder, config = find_run(args.resume)
+    if config.get("command") != command:
+        raise CliError(
+            f"--resume {args.resume!r} names a run of `gradax {config.get('command')}`; resume it with that command"
+        )
+    done = latest_step_in(folder) or 0
+    if args.steps is not None:
+        config["steps"] = _positive("--steps", args.steps)
+    if config["steps"] < done:
+        raise CliError(
+            f"--steps must be at least {done} (the steps {args.resume!r} has done already); got {config['steps']}"
+        )
+    return config, args.resume
+
+
+def _open_folder(config: dict, args, resume: str | None) -> RunFolder:
+    if resume is not None:
+        folder = RunFolder.resume(resume)
+        folder.write_config(config)
+        return folder
+    folder = RunFolder.create(args.out or _default_out(config["command"], config["task"]), overwrite=args.overwrite)
+    folder.write_config(config)
+    return folder
+
+
+def _train_one(task, opt, config, folder: RunFolder, suffix: str, label: str, quiet: bool) -> History:
+    checkpoints = Checkpoints(folder.file(f"checkpoints{suffix}"))
+    try:
+        return train(
+            task,
+            opt,
+            steps=config["steps"],
+            batch_size=config["batch_size"],
+            seed=config["seed"],
+            eval_every=config["eval_every"],
+            label=label,
+            progress=not quiet,
+            metrics_file=folder.file(f"metrics{suffix}.jsonl"),
+            checkpoints=checkpoints,
+            checkpoint_every=config["checkpoint_every"],
+            on_nonfinite=config["on_nonfinite"],
+        )
+    finally:
+        checkpoints.close()
+
+
+def _interrupted(folder: RunFolder, hist: History, command: str) -> int:
+    print(
+        f"gradax: interrupted after step {hist.stop_step}; checkpoint written to {folder.work}. Continue with: "
+        f"gradax {command} --resume {folder.path}",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED
+
+
+def _nonfinite_message(hist: History, what: str) -> str:
+    last = hist.last_finite_loss()
+    rec = hist.records[-1]
+    before = f"the last finite loss was {last[1]:.6g} at step {last[0]}" if last else "no step had a finite loss"
+    return (
+        f"{what}the loss or a gradient became non-finite at step {hist.stop_step} (loss {rec['loss']}); {before}. "
+        "The run stopped there. Try a lower learning rate, gradient clipping (chain(clip_by_global_norm(1.0), ...)) "
+        "or skipping such steps with --on-nonfinite skip (wraps the optimizer in apply_if_finite)"
+    )
+
+
+def _status(hist: History) -> dict:
+    last = hist.last_finite_loss()
+    return {
+        "status": hist.status,
+        "stop_step": hist.stop_step,
+        "last_finite_loss": last[1] if last else None,
+        "skipped_steps": hist.skipped,
+    }
+
+
+@contextlib.contextmanager
+def _keep_resumable(folder: RunFolder):
+    """When training ends by an exception, keep a working folder that holds a checkpoint (and say so)."""
+    try:
+        yield
+    except BaseException:
+        folder.abandon()
+        if folder.work.exists():
+            print(
+                f"gradax: the last checkpoint is in {folder.work}; continue with --resume {folder.path}",
+                file=sys.stderr,
+            )
+        raise
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # train
 # ----------------------------------------------------------------------------------------------------------------
 
 
 def cmd_train(args) -> int:
-    task = get_task(args.task)
-    steps = _positive("--steps", args.steps) or task.default_steps
-    batch = _positive("--batch-size", args.batch_size) or task.default_batch_size
-    _positive("--eval-every", args.eval_every)
-    expr = args.optimizer or task.default_optimizer
+    config, resume = _settings(args, "train")
+    task = get_task(config["task"])
+    steps, expr = config["steps"], config["optimizer"]
     opt = parse_optimizer(expr).value
-    folder = RunFolder(args.out or _default_out("train", task.name), overwrite=args.overwrite)
-    try:
+    task.sampler(config["seed"], config["batch_size"])  # refuse an impossible batch size before writing anything
+    folder = _open_folder(config, args, resume)
+    with _keep_resumable(folder):
         _say(f"task: {task.description}")
         _say(f"optimizer: {_short(expr, 200)}")
-        _say(f"steps: {steps}, batch size: {batch}, seed: {args.seed}")
-        hist = train(
-            task,
-            opt,
-            steps=steps,
-            batch_size=batch,
-            seed=args.seed,
-            eval_every=args.eval_every,
-            progress=not args.quiet,
-            metrics_file=folder.file("metrics.jsonl"),
-        )
+        _say(f"steps: {steps}, batch size: {config['batch_size']}, seed: {config['seed']}")
+        hist = _train_one(task, opt, config, folder, "", "", args.quiet)
+        if hist.status == "interrupted":
+            return _interrupted(folder, hist, "train")
         plot_curves({_short(expr, 60): hist}, folder.file("curves.png"), f"{task.name}: {_short(expr)}")
         lr_steps, lr = hist.series("learning_rate")
         if lr:
@@ -81,8 +205,9 @@ def cmd_train(args) -> int:
             "task": task.name,
             "optimizer": expr,
             "steps": steps,
-            "batch_size": batch,
-            "seed": args.seed,
+            "batch_size": config["batch_size"],
+            "seed": config["seed"],
+            **_status(hist),
             "final_train_loss": hist.final("loss"),
             "final_train_accuracy": hist.final("accuracy"),
             "final_test_loss": hist.final("test_loss"),
@@ -92,15 +217,17 @@ def cmd_train(args) -> int:
         }
         folder.file("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         out = folder.commit()
-    except BaseException:
-        folder.discard()
-        raise
+    if hist.status == "nonfinite":
+        print(f"gradax: error: {_nonfinite_message(hist, '')}; files so far are in {out}", file=sys.stderr)
+        return EXIT_NONFINITE
     _say(
         f"final: train loss {summary['final_train_loss']:.4f}, train acc {summary['final_train_accuracy']:.4f}, "
         f"test loss {summary['final_test_loss']:.4f}, test acc {summary['final_test_accuracy']:.4f}"
     )
+    if hist.skipped:
+        _say(f"skipped: {hist.skipped} steps with a non-finite loss or gradient (--on-nonfinite skip)")
     _say(f"speed: {hist.steps_per_second:.1f} steps/s, wall time {hist.wall_time:.1f} s")
-    _say(f"run folder: {out}  (metrics.jsonl, curves.png{', lr.png' if lr else ''}, summary.json)")
+    _say(f"run folder: {out}  (metrics.jsonl, curves.png{', lr.png' if lr else ''}, summary.json, checkpoints/)")
     if not lr:
         _say("note: learning rate not found in the optimizer state (wrap the optimizer with inject_hyperparams)")
     return 0
@@ -114,41 +241,32 @@ def cmd_train(args) -> int:
 def _ranking_key(row):
     acc = row["final_test_accuracy"]
     loss = row["final_test_loss"]
-    return (-(acc if math.isfinite(acc) else -1.0), loss if math.isfinite(loss) else float("inf"))
+    stopped = row["status"] == "nonfinite"
+    return (stopped, -(acc if math.isfinite(acc) else -1.0), loss if math.isfinite(loss) else float("inf"))
 
 
 def cmd_compare(args) -> int:
-    task = get_task(args.task)
-    steps = _positive("--steps", args.steps) or task.default_steps
-    batch = _positive("--batch-size", args.batch_size) or task.default_batch_size
-    _positive("--eval-every", args.eval_every)
-    exprs = args.optimizers
-    if len(exprs) < 2:
-        raise CliError("compare needs at least two optimizer expressions")
+    config, resume = _settings(args, "compare")
+    task = get_task(config["task"])
+    steps, batch, exprs = config["steps"], config["batch_size"], config["optimizers"]
     opts = [parse_optimizer(e).value for e in exprs]  # refuse bad expressions before any training
-    folder = RunFolder(args.out or _default_out("compare", task.name), overwrite=args.overwrite)
-    try:
-        _say(f"task: {task.description}; {steps} steps, batch {batch}, seed {args.seed} (same data order for all)")
+    task.sampler(config["seed"], batch)
+    folder = _open_folder(config, args, resume)
+    with _keep_resumable(folder):
+        _say(f"task: {task.description}; {steps} steps, batch {batch}, seed {config['seed']} (same data order for all)")
         histories, rows = {}, []
         width = len(str(len(exprs)))
         for i, (expr, opt) in enumerate(zip(exprs, opts), start=1):
             name = _short(expr, 60)
             label = f"[{i:>{width}}/{len(exprs)}] "
-            hist = train(
-                task,
-                opt,
-                steps=steps,
-                batch_size=batch,
-                seed=args.seed,
-                eval_every=args.eval_every,
-                label=label,
-                progress=not args.quiet,
-                metrics_file=folder.file(f"metrics-{i}.jsonl"),
-            )
+            hist = _train_one(task, opt, config, folder, f"-{i}", label, args.quiet)
+            if hist.status == "interrupted":
+                return _interrupted(folder, hist, "compare")
             histories[name if name not in histories else f"{i}: {name}"] = hist
             rows.append(
                 {
                     "optimizer": expr,
+                    **_status(hist),
                     "final_train_loss": hist.final("loss"),
                     "final_test_loss": hist.final("test_loss"),
                     "final_test_accuracy": hist.final("test_accuracy"),
@@ -157,18 +275,25 @@ def cmd_compare(args) -> int:
                     "metrics_file": f"metrics-{i}.jsonl",
                 }
             )
+            if hist.status == "nonfinite":
+                print(f"gradax: warning: {_nonfinite_message(hist, f'{label}{name}: ')}", file=sys.stderr)
         rows.sort(key=_ranking_key)
         plot_curves(histories, folder.file("compare.png"), f"{task.name}: {len(exprs)} optimizers, {steps} steps")
         table = _table(rows)
         folder.file("results.md").write_text(table + "\n")
         folder.file("results.json").write_text(json.dumps(rows, indent=2) + "\n")
         out = folder.commit()
-    except BaseException:
-        folder.discard()
-        raise
-    _say("ranked by final test accuracy (then test loss):")
+    _say("ranked by final test accuracy (then test loss; runs stopped on non-finite numbers last):")
     _say(table)
-    _say(f"run folder: {out}  (compare.png, results.md, results.json, metrics-*.jsonl)")
+    _say(f"run folder: {out}  (compare.png, results.md, results.json, metrics-*.jsonl, checkpoints-*/)")
+    stopped = [r for r in rows if r["status"] == "nonfinite"]
+    if stopped:
+        print(
+            f"gradax: error: {len(stopped)} of {len(rows)} runs stopped on a non-finite loss or gradient (see the "
+            "warnings above and the table)",
+            file=sys.stderr,
+        )
+        return EXIT_NONFINITE
     return 0
 
 
@@ -178,7 +303,8 @@ def _table(rows) -> str:
     for r, row in enumerate(rows, start=1):
         lines.append(
             f"| {r} | {row['final_test_accuracy']:.4f} | {row['final_test_loss']:.4f} | "
-            f"{row['final_train_loss']:.4f} | {row['steps_per_second']:.1f} | `{_short(row['optimizer'], 200)}` |"
+            f"{row['final_train_loss']:.4f} | {row['steps_per_second']:.1f} | `{_short(row['optimizer'], 200)}`"
+            + (f" (non-finite at step {row['stop_step']}) |" if row["status"] == "nonfinite" else " |")
         )
     return "\n".join(lines)
 
@@ -309,15 +435,40 @@ class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaults
     pass
 
 
+RUN_HELP = textwrap.dedent(
+    """\
+    Checkpoints (Orbax: parameters, optimizer state, data position, metrics so far) are written every
+    --checkpoint-every steps and at the end, into the run folder. The run works in a hidden folder (.NAME.partial
+    beside --out) that is renamed to --out only when the run is finished. Ctrl-C writes a checkpoint after the
+    current step and exits with code 130; after Ctrl-C or a kill, --resume RUN_FOLDER continues from the last
+    checkpoint with the same numbers an uninterrupted run gives (also to train a finished run for more --steps).
+    A non-finite loss or gradient stops the run at that step (exit code 3, files kept); --on-nonfinite skip skips
+    such steps instead (apply_if_finite). Exit codes: 0 done, 2 usage error, 3 non-finite, 130 interrupted."""
+)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="digits", help=f"dataset/model: {', '.join(TASKS)}")
+    p.add_argument("--task", default=None, help=f"dataset/model: {', '.join(TASKS)} (default: digits)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: per task, 500 / 300)")
     p.add_argument("--batch-size", type=int, default=None, help="batch size (default: per task, 64 / 32)")
-    p.add_argument("--seed", type=int, default=0, help="seed for initialisation and data order")
+    p.add_argument("--seed", type=int, default=None, help="seed for initialisation and data order (default: 0)")
     p.add_argument("--eval-every", type=int, default=None, help="test evaluation period (default: steps/20)")
     p.add_argument("--out", default=None, help="run folder to create (default: runs/<command>-<task>-<time>)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists (only once the run succeeds)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints (default: 100)")
+    p.add_argument(
+        "--on-nonfinite",
+        choices=("stop", "skip"),
+        default=None,
+        help="on a non-finite loss or gradient: stop the run (exit code 3) or skip the step (default: stop)",
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_FOLDER",
+        help="continue an interrupted run (or a finished one, with a larger --steps) from its last checkpoint",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -343,7 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a model on a shipped dataset",
         formatter_class=_Formatter,
         description="Train the digits MLP or the Shakespeare character transformer with one optimizer; writes "
-        "metrics.jsonl, curves.png, lr.png and summary.json to a run folder.\n\n" + EXPR_HELP,
+        "metrics.jsonl, curves.png, lr.png, summary.json and checkpoints/ to a run folder.\n\n"
+        + RUN_HELP
+        + "\n\n"
+        + EXPR_HELP,
         epilog=textwrap.dedent(
             """\
             examples:
@@ -351,7 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
               gradax train --task digits --optimizer "sgd(learning_rate=0.1, momentum=0.9, nesterov=True)"
               gradax train --task shakespeare --steps 2000 --optimizer \\
                 "chain(clip_by_global_norm(1.0), adamw(learning_rate=warmup_cosine_decay_schedule(0.0, 3e-3, 100, 2000), weight_decay=0.1))"
-              gradax train --task digits --optimizer "contrib.muon(learning_rate=0.02)" --out runs/muon"""
+              gradax train --task digits --optimizer "contrib.muon(learning_rate=0.02)" --out runs/muon
+              gradax train --task digits --steps 5000 --checkpoint-every 500 --out runs/long   # Ctrl-C, then:
+              gradax train --resume runs/long"""
         ),
     )
     p.add_argument("--optimizer", default=None, help="optimizer expression (default: per task)")
@@ -363,15 +519,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare several optimizers on one task",
         formatter_class=_Formatter,
         description="Train the same model with several optimizers (same seed, same data order); writes one plot "
-        "with all curves (compare.png) and a table ranked by final test accuracy (results.md).\n\n" + EXPR_HELP,
+        "with all curves (compare.png) and a table ranked by final test accuracy (results.md).\n\n"
+        + RUN_HELP
+        + "\n\n"
+        + EXPR_HELP,
         epilog=textwrap.dedent(
             """\
             examples:
               gradax compare "sgd(0.1)" "adam(1e-3)" "adamw(1e-3, weight_decay=0.01)" --steps 300
-              gradax compare --task shakespeare --steps 200 "adam(3e-3)" "chain(clip_by_global_norm(1.0), adam(3e-3))\""""
+              gradax compare --task shakespeare --steps 200 "adam(3e-3)" "chain(clip_by_global_norm(1.0), adam(3e-3))"
+              gradax compare --resume runs/compare-digits-20250101-120000"""
         ),
     )
-    p.add_argument("optimizers", nargs="+", metavar="OPTIMIZER", help="two or more optimizer expressions")
+    p.add_argument("optimizers", nargs="*", metavar="OPTIMIZER", help="two or more optimizer expressions")
     _common(p)
     p.set_defaults(func=cmd_compare)
 

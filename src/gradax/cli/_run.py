@@ -1,13 +1,12 @@
-"""Training loop, progress bar, run folders (written atomically) and plots."""
+"""Training loop (checkpointed, resumable, stopped or skipped on non-finite numbers), progress bar and plots."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
+import signal
 import sys
-import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,65 +19,25 @@ import numpy as np
 
 import gradax
 
+from ._checkpoint import Checkpoints, write_atomic
 from ._tasks import Task
-
-
-class OutputError(OSError):
-    """The output folder cannot be created or replaced."""
-
-
-class RunFolder:
-    """Collects files in a hidden temporary folder next to ``path``; ``commit()`` renames it into place.
-
-    Nothing appears at ``path`` unless the whole run succeeded. An existing ``path`` is refused unless
-    ``overwrite`` (then it is replaced only at commit time).
-    """
-
-    def __init__(self, path: str | os.PathLike, overwrite: bool = False):
-        self.path = Path(path)
-        if self.path.exists() and not overwrite:
-            raise OutputError(f"output folder {str(self.path)!r} already exists; pass --overwrite or choose --out")
-        if self.path.exists() and not self.path.is_dir():
-            raise OutputError(f"output path {str(self.path)!r} exists and is not a folder")
-        parent = self.path.parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=parent))
-        except OSError as e:
-            raise OutputError(f"cannot write to output folder {str(self.path)!r}: {e.strerror or e}") from None
-
-    def file(self, name: str) -> Path:
-        return self.tmp / name
-
-    def commit(self) -> Path:
-        if self.path.exists():
-            old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
-            os.replace(self.path, old)
-            os.replace(self.tmp, self.path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(self.tmp, self.path)
-        return self.path
-
-    def discard(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class Progress:
     """A plain-text progress bar on stderr (redraws in place on a terminal, prints ~10 lines otherwise)."""
 
-    def __init__(self, total: int, label: str = "", stream=None, width: int = 24):
-        self.total, self.label, self.width = total, label, width
+    def __init__(self, total: int, label: str = "", stream=None, width: int = 24, first: int = 0):
+        self.total, self.label, self.width, self.first = total, label, width, first
         self.stream = stream if stream is not None else sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.start = time.perf_counter()
-        self.last_line_step = -1
+        self.last_line_step = first - 1
 
     def update(self, step: int, **metrics: Any) -> None:
         done = step / self.total
         filled = int(round(self.width * done))
         elapsed = time.perf_counter() - self.start
-        rate = step / elapsed if elapsed > 0 else 0.0
+        rate = (step - self.first) / elapsed if elapsed > 0 else 0.0
         parts = []
         for k, v in metrics.items():
             if v is None:
@@ -110,11 +69,27 @@ def read_learning_rate(state: Any) -> float | None:
         return None
 
 
+#: Exit code of ``gradax train`` / ``compare`` when a loss or gradient became non-finite and the run stopped.
+EXIT_NONFINITE = 3
+#: Exit code after Ctrl-C (a checkpoint of the last finished step was written first).
+EXIT_INTERRUPTED = 130
+#: ``apply_if_finite``'s patience under ``--on-nonfinite skip``: never give up and apply a non-finite update.
+SKIP_PATIENCE = 2**31 - 2
+
+
 @dataclass
 class History:
+    """Per-step records of one run and how it ended.
+
+    ``status`` is ``"complete"``, ``"interrupted"`` (Ctrl-C; checkpoint written at ``stop_step``) or ``"nonfinite"``
+    (the loss or a gradient was not finite at ``stop_step``; the run stopped there).
+    """
+
     records: list[dict] = field(default_factory=list)
     steps_per_second: float = 0.0
     wall_time: float = 0.0
+    status: str = "complete"
+    stop_step: int | None = None
 
     def final(self, key: str) -> float:
         for r in reversed(self.records):
@@ -125,6 +100,16 @@ class History:
     def series(self, key: str) -> tuple[list[int], list[float]]:
         pts = [(r["step"], r[key]) for r in self.records if key in r and r[key] is not None]
         return [p[0] for p in pts], [p[1] for p in pts]
+
+    def last_finite_loss(self) -> tuple[int, float] | None:
+        for r in reversed(self.records):
+            if math.isfinite(r["loss"]) and not r.get("skipped"):
+                return r["step"], r["loss"]
+        return None
+
+    @property
+    def skipped(self) -> int:
+        return sum(bool(r.get("skipped")) for r in self.records)
 
 
 def step_compiler_options() -> dict[str, Any] | None:
@@ -142,12 +127,13 @@ def step_compiler_options() -> dict[str, Any] | None:
 
 
 def make_step_fn(task: Task, optimizer: Any) -> Callable:
-    """The jitted training step ``(params, opt_state, xb, yb) -> (params, opt_state, loss, accuracy)``.
+    """The jitted training step ``(params, opt_state, xb, yb) -> (params, opt_state, loss, accuracy, finite)``.
 
-    Params and state are donated and updated in place, compiled with :func:`step_compiler_options`. The batch's loss,
-    gradient and loss function go to every transformation that takes them (line searches and L-BFGS: ``value``,
-    ``grad``, ``value_fn``; ``reduce_on_plateau``, ``polyak_sgd``: ``value``); the others ignore them. A
-    ``gradax.fused`` optimizer takes its one-pass ``step`` instead of ``update`` + ``apply_updates``.
+    ``finite`` says whether the loss and every gradient entry were finite. Params and state are donated and updated
+    in place, compiled with :func:`step_compiler_options`. The batch's loss, gradient and loss function go to every
+    transformation that takes them (line searches and L-BFGS: ``value``, ``grad``, ``value_fn``;
+    ``reduce_on_plateau``, ``polyak_sgd``: ``value``); the others ignore them. A ``gradax.fused`` optimizer takes its
+    one-pass ``step`` instead of ``update`` + ``apply_updates``.
     """
     tx = gradax.with_extra_args_support(optimizer)
     fused = isinstance(optimizer, gradax.fused.FusedGradientTransformation)
@@ -155,17 +141,50 @@ def make_step_fn(task: Task, optimizer: Any) -> Callable:
     @jax.jit(donate_argnums=(0, 1), compiler_options=step_compiler_options())
     def step_fn(params, opt_state, xb, yb):
         (loss, acc), grads = jax.value_and_grad(task.loss_and_acc, has_aux=True)(params, xb, yb)
+        finite = jnp.isfinite(loss)
+        for g in jax.tree.leaves(grads):
+            finite = finite & jnp.all(jnp.isfinite(g))
 
         def value_fn(p):
             return task.loss_and_acc(p, xb, yb)[0]
 
         if fused:
             params, opt_state = optimizer.step(params, opt_state, grads)
-            return params, opt_state, loss, acc
+            return params, opt_state, loss, acc, finite
         updates, opt_state = tx.update(grads, opt_state, params, value=loss, grad=grads, value_fn=value_fn)
-        return gradax.apply_updates(params, updates), opt_state, loss, acc
+        return gradax.apply_updates(params, updates), opt_state, loss, acc, finite
 
     return step_fn
+
+
+class _CtrlC:
+    """While active (main thread only), the first Ctrl-C sets :attr:`hit` (the loop checkpoints and stops after the
+    current step); a second one raises ``KeyboardInterrupt`` at once."""
+
+    def __init__(self, stream=None):
+        self.hit, self.previous = False, None
+        self.stream = stream if stream is not None else sys.stderr
+
+    def _handle(self, signum, frame):
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+        self.stream.write("\ngradax: Ctrl-C: writing a checkpoint after this step (press Ctrl-C again to stop now)\n")
+        self.stream.flush()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def _strong(tree: Any) -> Any:
+    """The same arrays without weak types, as a restored checkpoint has them (one compilation per run)."""
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), tree)
 
 
 def train(
@@ -179,49 +198,97 @@ def train(
     label: str = "",
     progress: bool = True,
     metrics_file: Path | None = None,
+    checkpoints: Checkpoints | None = None,
+    checkpoint_every: int | None = None,
+    on_nonfinite: str = "stop",
 ) -> History:
-    """Train ``task`` with ``optimizer``; returns per-step train metrics and periodic test metrics."""
-    params = task.init(jax.random.PRNGKey(seed))
-    opt_state = optimizer.init(params)  # distinct buffers, none of them a params buffer (tests/contract)
+    """Train ``task`` with ``optimizer``; returns per-step train metrics and periodic test metrics.
+
+    With ``checkpoints``, a checkpoint is written every ``checkpoint_every`` steps, at the last step, at the step
+    where the run stops on a non-finite number (the one before holds the last finite state) and after a Ctrl-C; if ``checkpoints`` already holds one, training continues from it: parameters, optimizer state, data
+    position and metrics are restored, ``metrics_file`` is rewritten to the restored records, and the continued run
+    is bit-identical to one that was never interrupted. ``on_nonfinite="stop"`` ends the run at the first step whose
+    loss or gradient is not finite (``status == "nonfinite"``); ``"skip"`` wraps the optimizer in
+    :func:`gradax.apply_if_finite` so such steps leave parameters and state unchanged (records get ``"skipped"``).
+    """
+    if on_nonfinite == "skip":
+        optimizer = gradax.apply_if_finite(optimizer, max_consecutive_errors=SKIP_PATIENCE)
+    sampler = task.sampler(seed, batch_size)
+    params = _strong(task.init(jax.random.PRNGKey(seed)))
+    opt_state = _strong(optimizer.init(params))  # distinct buffers, none of them a params buffer (tests/contract)
+    eval_every = eval_every or max(1, steps // 20)
+    hist = History()
+    done, wall_before = 0, 0.0
+    if checkpoints is not None and checkpoints.latest_step() is not None:
+        params, opt_state, meta = checkpoints.restore(params, opt_state)
+        done, wall_before, hist.records = meta["step"], meta["wall_time"], meta["records"]
+        sampler.restore(meta["data"])
+        if meta["status"] == "nonfinite":  # stopped there before: the same numbers would stop it again
+            hist.status, hist.stop_step = "nonfinite", done
+    if metrics_file is not None:
+        write_atomic(metrics_file, "".join(json.dumps(r) + "\n" for r in hist.records))
+
+    def save(step, status):
+        if checkpoints is not None:
+            meta = {"step": step, "wall_time": wall_before + time.perf_counter() - t0, "records": hist.records}
+            checkpoints.save(step, params, opt_state, {**meta, "data": sampler.position(), "status": status})
+
+    t0 = t1 = time.perf_counter()
+    if done >= steps or hist.status == "nonfinite":
+        hist.wall_time = wall_before
+        return hist
     step_fn = make_step_fn(task, optimizer)
     eval_fn = jax.jit(task.loss_and_acc)
     x_test, y_test = (jnp.asarray(a) for a in task.test_data)
-    eval_every = eval_every or max(1, steps // 20)
-    bar = Progress(steps, label) if progress else None
-    hist = History()
-    out = metrics_file.open("w") if metrics_file is not None else None
-    t0 = time.perf_counter()
-    test_loss = test_acc = None
-    t1 = t0
+    bar = Progress(steps, label, first=done) if progress else None
+    out = metrics_file.open("a") if metrics_file is not None else None
+    test_acc = None
     try:
-        for i, (xb, yb) in enumerate(task.batches(seed, steps, batch_size), start=1):
-            params, opt_state, loss, acc = step_fn(params, opt_state, xb, yb)
-            if i == 1:
-                loss.block_until_ready()
-                t1 = time.perf_counter()  # steps/s excludes the first step (compilation)
-            rec = {
-                "step": i,
-                "loss": float(loss),
-                "accuracy": float(acc),
-                "learning_rate": read_learning_rate(opt_state),
-            }
-            if not math.isfinite(rec["loss"]):
-                rec["diverged"] = True
-            if i % eval_every == 0 or i == steps:
-                tl, ta = eval_fn(params, x_test, y_test)
-                test_loss, test_acc = float(tl), float(ta)
-                rec.update(test_loss=test_loss, test_accuracy=test_acc)
-            hist.records.append(rec)
-            if out is not None:
-                out.write(json.dumps(rec) + "\n")
-            if bar is not None:
-                bar.update(i, loss=rec["loss"], acc=rec["accuracy"], test_acc=test_acc, lr=rec["learning_rate"])
+        with _CtrlC() as ctrl_c:
+            for i in range(done + 1, steps + 1):
+                xb, yb = next(sampler)
+                params, opt_state, loss, acc, finite = step_fn(params, opt_state, xb, yb)
+                if i == done + 1:
+                    loss.block_until_ready()
+                    t1 = time.perf_counter()  # steps/s excludes the first step (compilation)
+                rec = {
+                    "step": i,
+                    "loss": float(loss),
+                    "accuracy": float(acc),
+                    "learning_rate": read_learning_rate(opt_state),
+                }
+                if on_nonfinite == "skip" and not bool(opt_state.last_finite):
+                    rec["skipped"] = True
+                stop = on_nonfinite == "stop" and not bool(finite)
+                if stop:
+                    rec["nonfinite"] = True
+                elif i % eval_every == 0 or i == steps:
+                    tl, ta = eval_fn(params, x_test, y_test)
+                    test_acc = float(ta)
+                    rec.update(test_loss=float(tl), test_accuracy=test_acc)
+                hist.records.append(rec)
+                if out is not None:
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+                if bar is not None:
+                    bar.update(i, loss=rec["loss"], acc=rec["accuracy"], test_acc=test_acc, lr=rec["learning_rate"])
+                if stop:  # saved to show what happened; the checkpoint before it holds the last finite state
+                    hist.status, hist.stop_step = "nonfinite", i
+                    save(i, "nonfinite")
+                    break
+                if i == steps or (checkpoint_every and i % checkpoint_every == 0) or ctrl_c.hit:
+                    save(i, "complete" if i == steps else "running")
+                if ctrl_c.hit and i < steps:
+                    hist.status, hist.stop_step = "interrupted", i
+                    break
     finally:
         if out is not None:
             out.close()
-    hist.wall_time = time.perf_counter() - t0
-    rest = time.perf_counter() - t1
-    hist.steps_per_second = (steps - 1) / rest if steps > 1 and rest > 0 else 1.0 / max(hist.wall_time, 1e-9)
+    now = time.perf_counter()
+    hist.wall_time = wall_before + now - t0
+    ran = len(hist.records) - done
+    rest = now - t1
+    hist.steps_per_second = (ran - 1) / rest if ran > 1 and rest > 0 else ran / max(now - t0, 1e-9)
     return hist
 
 

@@ -1,14 +1,15 @@
 """Shipped datasets and the plain-JAX models the CLI trains on them.
 
 A task bundles data, a model (init and apply functions), a batch sampler that depends only on the seed (so several
-optimizers see the same data order) and an evaluation on held-out data. Metrics: cross-entropy loss and accuracy
+optimizers see the same data order; its position is saved in checkpoints and restored exactly on resume) and an
+evaluation on held-out data. Metrics: cross-entropy loss and accuracy
 (for the language model: next-character accuracy).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -28,11 +29,80 @@ class Task:
     description: str
     init: Callable[[jax.Array], Any]
     loss_and_acc: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
-    batches: Callable[[int, int, int], Any]  # (seed, steps, batch_size) -> iterator of (x, y)
+    sampler: Callable[[int, int], Sampler]  # (seed, batch_size) -> endless, resumable batch stream
     test_data: tuple[np.ndarray, np.ndarray]
     default_batch_size: int
     default_steps: int
     default_optimizer: str
+
+    def batches(self, seed: int, steps: int, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The first ``steps`` batches of :attr:`sampler` ``(seed, batch_size)``."""
+        stream = self.sampler(seed, batch_size)
+        for _ in range(steps):
+            yield next(stream)
+
+
+class Sampler:
+    """An endless stream of ``(x, y)`` batches drawn with a NumPy generator seeded by the seed only.
+
+    ``position()`` is a JSON-serialisable snapshot (the generator's state and where the stream stands in it);
+    ``restore(position)`` continues the stream exactly where the snapshot was taken, so a resumed run sees the same
+    batches in the same order as an uninterrupted one.
+    """
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def __iter__(self):
+        return self
+
+    def position(self) -> dict:
+        return {"rng": self.rng.bit_generator.state}
+
+    def restore(self, position: dict) -> None:
+        self.rng.bit_generator.state = position["rng"]
+
+
+class _EpochSampler(Sampler):
+    """Index batches without replacement, reshuffled every epoch."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch_size: int, seed: int):
+        super().__init__(seed)
+        self.x, self.y, self.batch_size = x, y, batch_size
+        self._shuffle()
+
+    def _shuffle(self) -> None:
+        self.rng_before_shuffle = self.rng.bit_generator.state  # the permutation is redrawn from here on restore
+        self.perm, self.pos = self.rng.permutation(len(self.x)), 0
+
+    def __next__(self):
+        if self.pos + self.batch_size > len(self.x):
+            self._shuffle()
+        idx = self.perm[self.pos : self.pos + self.batch_size]
+        self.pos += self.batch_size
+        return self.x[idx], self.y[idx]
+
+    def position(self) -> dict:
+        return {"rng": self.rng_before_shuffle, "pos": self.pos}
+
+    def restore(self, position: dict) -> None:
+        self.rng.bit_generator.state = position["rng"]
+        self._shuffle()
+        self.pos = position["pos"]
+
+
+class _WindowSampler(Sampler):
+    """Random windows of ``context + 1`` tokens (input and next-token target)."""
+
+    def __init__(self, tokens: np.ndarray, context: int, batch_size: int, seed: int):
+        super().__init__(seed)
+        self.tokens, self.context, self.batch_size = tokens, context, batch_size
+        self.offsets = np.arange(context + 1)
+
+    def __next__(self):
+        s = self.rng.integers(0, len(self.tokens) - self.context - 1, size=self.batch_size)
+        win = self.tokens[s[:, None] + self.offsets]
+        return win[:, :-1], win[:, 1:]
 
 
 def _data_path(name: str):
@@ -49,17 +119,6 @@ def _cross_entropy(logits, labels):
 def _dense_init(key, n_in, n_out, scale=None):
     scale = (1.0 / math.sqrt(n_in)) if scale is None else scale
     return {"w": jax.random.normal(key, (n_in, n_out), jnp.float32) * scale, "b": jnp.zeros((n_out,), jnp.float32)}
-
-
-def _sampler(n: int, batch_size: int, steps: int, seed: int):
-    """Index batches: reshuffle each epoch with a NumPy generator seeded by ``seed`` only."""
-    rng = np.random.default_rng(seed)
-    perm, pos = rng.permutation(n), 0
-    for _ in range(steps):
-        if pos + batch_size > n:
-            perm, pos = rng.permutation(n), 0
-        yield perm[pos : pos + batch_size]
-        pos += batch_size
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -92,18 +151,17 @@ def digits_task(hidden: int = 128, test_size: int = 360) -> Task:
     def loss_and_acc(params, xb, yb):
         return _cross_entropy(apply(params, xb), yb)
 
-    def batches(seed, steps, batch_size):
+    def sampler(seed, batch_size):
         if batch_size > len(x_train):
             raise TaskError(f"--batch-size must be at most {len(x_train)} for digits; got {batch_size}")
-        for idx in _sampler(len(x_train), batch_size, steps, seed):
-            yield x_train[idx], y_train[idx]
+        return _EpochSampler(x_train, y_train, batch_size, seed)
 
     return Task(
         name="digits",
         description=f"MLP 64-{hidden}-10 on 8x8 digits ({len(x_train)} train / {len(x_test)} test)",
         init=init,
         loss_and_acc=loss_and_acc,
-        batches=batches,
+        sampler=sampler,
         test_data=(x_test, y_test),
         default_batch_size=64,
         default_steps=500,
@@ -187,13 +245,8 @@ def shakespeare_task(
     def loss_and_acc(params, xb, yb):
         return _cross_entropy(apply(params, xb), yb)
 
-    def batches(seed, steps, batch_size):
-        rng = np.random.default_rng(seed)
-        offsets = np.arange(context + 1)
-        for _ in range(steps):
-            s = rng.integers(0, len(train_tok) - context - 1, size=batch_size)
-            win = train_tok[s[:, None] + offsets]
-            yield win[:, :-1], win[:, 1:]
+    def sampler(seed, batch_size):
+        return _WindowSampler(train_tok, context, batch_size, seed)
 
     return Task(
         name="shakespeare",
@@ -203,7 +256,7 @@ def shakespeare_task(
         ),
         init=init,
         loss_and_acc=loss_and_acc,
-        batches=batches,
+        sampler=sampler,
         test_data=(x_test, y_test),
         default_batch_size=32,
         default_steps=300,

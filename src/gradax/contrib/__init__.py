@@ -83,6 +83,9 @@ from ._grams import scale_by_grams as scale_by_grams
 from ._came import ScaleByCameState as ScaleByCameState
 from ._came import came as came
 from ._came import scale_by_came as scale_by_came
+from ._spam import ScaleBySpamState as ScaleBySpamState
+from ._spam import scale_by_spam as scale_by_spam
+from ._spam import spam as spam
 
 # issue 17: SOAP and Shampoo
 from ._soap import SOAPState as SOAPState

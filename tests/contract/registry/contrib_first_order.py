@@ -68,9 +68,25 @@ ENTRIES = [
         oracle=False,
         inject=False,
     ),
+    # small reset interval / warmup / delay so that the battery's few steps cross a reset and the clipping
+    Entry("contrib.scale_by_spam", {"reset_interval": 3, "warmup_steps": 1, "clip_delay": 1}, oracle=False),
+    Entry(
+        "contrib.spam",
+        {"learning_rate": 1e-2, "weight_decay": 1e-3, "mask": _BIG, "reset_interval": 2, "threshold": 2.0},
+        needs_params=True,
+        oracle=False,
+    ),
+    Entry(
+        "contrib.spam",
+        make=lambda ox: ox.contrib.spam(_SCHED, weight_decay=_SCHED, cautious_weight_decay=True),
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    ),
 ]
 
 COVERED = {
+    "contrib.ScaleBySpamState": "tests/contrib/test_spam_reference.py",
     "contrib.ScaleByCameState": "tests/contrib/test_came_reference.py",
     "contrib.ScaleByLaPropState": "tests/contrib/test_laprop_reference.py",
     "contrib.ScaleByGramsState": "tests/contrib/test_grams_reference.py",

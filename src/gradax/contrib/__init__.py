@@ -80,17 +80,14 @@ from ._laprop import scale_by_laprop as scale_by_laprop
 from ._grams import ScaleByGramsState as ScaleByGramsState
 from ._grams import grams as grams
 from ._grams import scale_by_grams as scale_by_grams
-from ._came import ScaleByCameState as ScaleByCameState
-from ._came import came as came
-from ._came import scale_by_came as scale_by_came
-from ._spam import ScaleBySpamState as ScaleBySpamState
-from ._spam import scale_by_spam as scale_by_spam
-from ._spam import spam as spam
 
 # issue 17: SOAP and Shampoo
 from ._soap import SOAPState as SOAPState
 from ._soap import scale_by_soap as scale_by_soap
 from ._soap import soap as soap
+from ._shampoo import ShampooState as ShampooState
+from ._shampoo import scale_by_shampoo as scale_by_shampoo
+from ._shampoo import shampoo as shampoo
 
 # matrix optimizers (issue 17: Muon family, PSGD-Kron, Scion)
 from ._muon_family import AdaMuonState as AdaMuonState
@@ -100,3 +97,12 @@ from ._muon_family import muon_clip as muon_clip
 from ._muon_family import normuon as normuon
 from ._muon_family import scale_by_adamuon as scale_by_adamuon
 from ._muon_family import scale_by_normuon as scale_by_normuon
+from ._scion import ScionState as ScionState
+from ._scion import scale_by_scion as scale_by_scion
+from ._scion import scion as scion
+from ._came import ScaleByCameState as ScaleByCameState
+from ._came import came as came
+from ._came import scale_by_came as scale_by_came
+from ._spam import ScaleBySpamState as ScaleBySpamState
+from ._spam import scale_by_spam as scale_by_spam
+from ._spam import spam as spam

@@ -47,10 +47,6 @@ ENTRIES = [
         {"learning_rate": 1e-2},
         needs_params=True,
         oracle=False,
-        skip={
-            "inject": "1 ulp from contrib.muon itself under inject_hyperparams (muon's bias correction with a traced "
-            "beta; contrib.muon shows the same and its entries do not run this check), reported to the lead"
-        },
     ),
     Entry(
         "contrib.muon_clip",
@@ -67,7 +63,20 @@ ENTRIES = [
     ),
 ]
 
+ENTRIES += [
+    Entry("contrib.scion", {"learning_rate": 1e-2}, needs_params=True, oracle=False),
+    Entry(
+        "contrib.scion",
+        {"learning_rate": _SCHED, "weight_decay": _WD_SCHED, "momentum": 0.5, "scales": 2.0},
+        needs_params=True,
+        oracle=False,
+    ),
+    Entry("contrib.scion", {"learning_rate": 0.1, "constrained": True}, needs_params=True, oracle=False),
+    Entry("contrib.scale_by_scion", {"momentum": 0.2}, oracle=False),
+]
+
 COVERED = {
+    "contrib.ScionState": "tests/contrib/test_scion.py",
     "contrib.NorMuonState": "tests/contrib/test_muon_family.py",
     "contrib.AdaMuonState": "tests/contrib/test_muon_family.py",
 }

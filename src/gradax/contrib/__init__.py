@@ -85,9 +85,6 @@ from ._grams import scale_by_grams as scale_by_grams
 from ._soap import SOAPState as SOAPState
 from ._soap import scale_by_soap as scale_by_soap
 from ._soap import soap as soap
-from ._shampoo import ShampooState as ShampooState
-from ._shampoo import scale_by_shampoo as scale_by_shampoo
-from ._shampoo import shampoo as shampoo
 
 # matrix optimizers (issue 17: Muon family, PSGD-Kron, Scion)
 from ._muon_family import AdaMuonState as AdaMuonState

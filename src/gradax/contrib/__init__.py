@@ -103,3 +103,6 @@ from ._came import scale_by_came as scale_by_came
 from ._spam import ScaleBySpamState as ScaleBySpamState
 from ._spam import scale_by_spam as scale_by_spam
 from ._spam import spam as spam
+from ._adam_mini import ScaleByAdamMiniState as ScaleByAdamMiniState
+from ._adam_mini import adam_mini as adam_mini
+from ._adam_mini import scale_by_adam_mini as scale_by_adam_mini

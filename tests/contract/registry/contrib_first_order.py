@@ -2,13 +2,23 @@
 MARS, Adam-mini, LaProp, Grams, SPAM, APOLLO, CAME. Optax 0.2.8 has none of them (``oracle=False``); each is
 compared with its torch reference in ``tests/contrib/test_<name>_reference.py``."""
 
+import math
+
 import jax
-import jax.numpy as jnp
 
 from . import Entry
 
 _SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
-_BIG = lambda p: jax.tree.map(lambda x: jnp.ndim(x) > 1, p)  # noqa: E731
+
+
+def _mini_label(x):
+    shape = getattr(x, "shape", ())
+    size = math.prod(shape)
+    return "head" if size % 2 == 0 and size > 0 else ("row" if shape else "tensor")
+
+
+_MINI_LABELS = lambda p: jax.tree.map(_mini_label, p)  # noqa: E731
+_BIG = lambda p: jax.tree.map(lambda x: len(getattr(x, "shape", ())) > 1, p)  # noqa: E731
 
 ENTRIES = [
     Entry("cautious", make=lambda ox: ox.cautious(ox.adamw(1e-2)), needs_params=True, oracle=False, inject=False),
@@ -83,9 +93,30 @@ ENTRIES = [
         oracle=False,
         inject=False,
     ),
+    Entry("contrib.scale_by_adam_mini", {"b1": 0.9, "b2": 0.99}, oracle=False),
+    Entry(
+        "contrib.scale_by_adam_mini",
+        {"n_heads": 2, "partition": _MINI_LABELS},
+        oracle=False,
+        skip={"inject": "partition is a function (not a hyperparameter)"},
+    ),
+    Entry(
+        "contrib.adam_mini",
+        {"learning_rate": 1e-2, "weight_decay": 1e-3, "mask": _BIG},
+        needs_params=True,
+        oracle=False,
+    ),
+    Entry(
+        "contrib.adam_mini",
+        make=lambda ox: ox.contrib.adam_mini(_SCHED, weight_decay=_SCHED, n_heads=2, partition=_MINI_LABELS),
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    ),
 ]
 
 COVERED = {
+    "contrib.ScaleByAdamMiniState": "tests/contrib/test_adam_mini_reference.py",
     "contrib.ScaleBySpamState": "tests/contrib/test_spam_reference.py",
     "contrib.ScaleByCameState": "tests/contrib/test_came_reference.py",
     "contrib.ScaleByLaPropState": "tests/contrib/test_laprop_reference.py",

@@ -60,7 +60,17 @@ _params = pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 
 # inject_hyperparams turns Python-float hyperparameters into float32 arrays; for these XLA may fuse the arithmetic
 # differently, which moves the result by one ulp (documented in docs/differences.md is not needed: same math).
-INJECT_ULP = {"adan", "novograd", "scale_by_adan", "scale_by_novograd", "ema", "contrib.scion", "contrib.muon_clip"}
+INJECT_ULP = {
+    "adan",
+    "novograd",
+    "scale_by_adan",
+    "scale_by_novograd",
+    "ema",
+    "contrib.scion",
+    "contrib.muon_clip",
+    "contrib.shampoo",
+    "contrib.scale_by_shampoo",
+}
 
 
 def _skip(entry, *checks):

@@ -85,6 +85,9 @@ from ._grams import scale_by_grams as scale_by_grams
 from ._soap import SOAPState as SOAPState
 from ._soap import scale_by_soap as scale_by_soap
 from ._soap import soap as soap
+from ._shampoo import ShampooState as ShampooState
+from ._shampoo import scale_by_shampoo as scale_by_shampoo
+from ._shampoo import shampoo as shampoo
 
 # matrix optimizers (issue 17: Muon family, PSGD-Kron, Scion)
 from ._muon_family import AdaMuonState as AdaMuonState
@@ -97,6 +100,9 @@ from ._muon_family import scale_by_normuon as scale_by_normuon
 from ._scion import ScionState as ScionState
 from ._scion import scale_by_scion as scale_by_scion
 from ._scion import scion as scion
+from ._kron import KronState as KronState
+from ._kron import kron as kron
+from ._kron import scale_by_kron as scale_by_kron
 from ._came import ScaleByCameState as ScaleByCameState
 from ._came import came as came
 from ._came import scale_by_came as scale_by_came

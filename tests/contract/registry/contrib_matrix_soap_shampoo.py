@@ -15,8 +15,28 @@ ENTRIES = [
         oracle=False,
     ),
     Entry("contrib.scale_by_soap", {"precondition_frequency": 2, "merge_dims": True}, oracle=False),
+    Entry("contrib.shampoo", {"learning_rate": 1e-2}, needs_params=True, oracle=False),
+    Entry(
+        "contrib.shampoo",
+        {
+            "learning_rate": _SCHED,
+            "weight_decay": _WD_SCHED,
+            "block_size": 2,
+            "start_preconditioning_step": 1,
+            "preconditioning_compute_steps": 2,
+            "graft_type": "rmsprop",
+        },
+        needs_params=True,
+        oracle=False,
+    ),
+    Entry(
+        "contrib.scale_by_shampoo",
+        {"start_preconditioning_step": 2, "preconditioning_compute_steps": 1, "graft_type": "sgd", "merge_dims": True},
+        oracle=False,
+    ),
 ]
 
 COVERED = {
     "contrib.SOAPState": "tests/contrib/test_soap.py",
+    "contrib.ShampooState": "tests/contrib/test_shampoo.py",
 }

@@ -37,7 +37,11 @@ def run_gradax(tx, params, grads):
             u, state = step({k: jnp.asarray(v, jnp.float64) for k, v in g.items()}, state, p)
             p = gradax.apply_updates(p, u)
             out.append({k: np.asarray(v) for k, v in p.items()})
-        return out, jax.tree.map(np.asarray, state)
+        return out, jax.tree.map(_to_numpy, state)
+
+
+def _to_numpy(x):
+    return x if jnp.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key) else np.asarray(x)
 
 
 def run_torch(make_opt, params, grads, named: bool = False):

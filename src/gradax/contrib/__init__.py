@@ -112,3 +112,7 @@ from ._spam import spam as spam
 from ._adam_mini import ScaleByAdamMiniState as ScaleByAdamMiniState
 from ._adam_mini import adam_mini as adam_mini
 from ._adam_mini import scale_by_adam_mini as scale_by_adam_mini
+from ._apollo import ScaleByApolloState as ScaleByApolloState
+from ._apollo import apollo as apollo
+from ._apollo import apollo_mini as apollo_mini
+from ._apollo import scale_by_apollo as scale_by_apollo

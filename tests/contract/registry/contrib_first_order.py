@@ -113,9 +113,26 @@ ENTRIES = [
         oracle=False,
         inject=False,
     ),
+    Entry("contrib.scale_by_apollo", {"rank": 1, "update_proj_gap": 2}, oracle=False),
+    Entry("contrib.scale_by_apollo", {"rank": 1, "scale_type": "tensor", "key": 7}, oracle=False),
+    Entry(
+        "contrib.apollo",
+        {"learning_rate": 1e-2, "weight_decay": 1e-3, "mask": _BIG, "rank": 1},
+        needs_params=True,
+        oracle=False,
+    ),
+    Entry("contrib.apollo_mini", {"learning_rate": 1e-3, "update_proj_gap": 3}, needs_params=True, oracle=False),
+    Entry(
+        "contrib.apollo",
+        make=lambda ox: ox.contrib.apollo(_SCHED, weight_decay=_SCHED, rank=1, cautious_weight_decay=True),
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    ),
 ]
 
 COVERED = {
+    "contrib.ScaleByApolloState": "tests/contrib/test_apollo_reference.py",
     "contrib.ScaleByAdamMiniState": "tests/contrib/test_adam_mini_reference.py",
     "contrib.ScaleBySpamState": "tests/contrib/test_spam_reference.py",
     "contrib.ScaleByCameState": "tests/contrib/test_came_reference.py",

@@ -68,6 +68,7 @@ INJECT_ULP = {
     "ema",
     "contrib.scion",
     "contrib.muon_clip",
+    "contrib.kron",
     "contrib.shampoo",
     "contrib.scale_by_shampoo",
 }

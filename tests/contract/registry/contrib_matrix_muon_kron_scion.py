@@ -75,7 +75,25 @@ ENTRIES += [
     Entry("contrib.scale_by_scion", {"momentum": 0.2}, oracle=False),
 ]
 
+ENTRIES += [
+    Entry("contrib.kron", {"learning_rate": 1e-3}, needs_params=True, oracle=False),
+    Entry(
+        "contrib.kron",
+        {
+            "learning_rate": _SCHED,
+            "weight_decay": _WD_SCHED,
+            "preconditioner_update_probability": _SCHED,
+            "memory_save_mode": "one_diag",
+            "key": 3,
+        },
+        needs_params=True,
+        oracle=False,
+    ),
+    Entry("contrib.scale_by_kron", {"preconditioner_update_probability": 1.0, "max_size_triangular": 3}, oracle=False),
+]
+
 COVERED = {
+    "contrib.KronState": "tests/contrib/test_kron.py",
     "contrib.ScionState": "tests/contrib/test_scion.py",
     "contrib.NorMuonState": "tests/contrib/test_muon_family.py",
     "contrib.AdaMuonState": "tests/contrib/test_muon_family.py",

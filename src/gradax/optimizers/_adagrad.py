@@ -8,11 +8,12 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, Params, ScalarOrSchedule
+from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, Params, ScalarOrSchedule
 from .._checks import check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype
+from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._rms import full_state_like
@@ -76,6 +77,10 @@ def adagrad(
     learning_rate: ScalarOrSchedule,
     initial_accumulator_value: ArrayLike = 0.1,
     eps: ArrayLike = 1e-7,
+    *,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""AdaGrad: per-coordinate steps that shrink with the accumulated squared gradients.
 
@@ -86,6 +91,11 @@ def adagrad(
       learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
       initial_accumulator_value: :math:`s_0 \ge 0`.
       eps: :math:`\epsilon \ge 0`.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`: ``chain(scale_by_rss(...), scale_by_learning_rate(...))``.
@@ -107,5 +117,6 @@ def adagrad(
     """
     return chain(
         scale_by_rss(initial_accumulator_value=initial_accumulator_value, eps=eps),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

@@ -12,7 +12,7 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Mas
 from .._checks import check_positive
 from .._hyperparams import as_value
 from .._numerics import abs_sq
-from ..transforms._adding import add_decayed_weights
+from ..transforms._adding import add_decayed_weights, decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import AdamScalars, FirstMomentHat, ScaleByAdamState, check_adam_args
@@ -114,6 +114,9 @@ def amsgrad(
     bias_correction_nu: bool = True,
     *,
     nu_dtype: Any | None = None,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""The AMSGrad optimizer: :func:`scale_by_amsgrad` followed by a step of size :math:`-\eta_t`.
 
@@ -130,6 +133,11 @@ def amsgrad(
       bias_correction_mu: bias-correct the first moment.
       bias_correction_nu: bias-correct the second moment.
       nu_dtype: dtype of the second moments.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
@@ -146,6 +154,7 @@ def amsgrad(
     check_adam_args("amsgrad", b1, b2, eps, eps_root)
     return chain(
         scale_by_amsgrad(b1, b2, eps, eps_root, mu_dtype, bias_correction_mu, bias_correction_nu, nu_dtype=nu_dtype),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )
 
@@ -343,6 +352,9 @@ def radam(
     threshold: ArrayLike = 5.0,
     *,
     nesterov: bool = False,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""The Rectified Adam optimizer: :func:`scale_by_radam` followed by a step of size :math:`-\eta_t`.
 
@@ -357,6 +369,11 @@ def radam(
       eps_root: :math:`\epsilon_{root} \ge 0`.
       threshold: the value of :math:`\rho_t` from which the adaptive step is used.
       nesterov: use Nesterov momentum.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
@@ -372,7 +389,9 @@ def radam(
     """
     check_adam_args("radam", b1, b2, eps, eps_root)
     return chain(
-        scale_by_radam(b1, b2, eps, eps_root, threshold, nesterov=nesterov), scale_by_learning_rate(learning_rate)
+        scale_by_radam(b1, b2, eps, eps_root, threshold, nesterov=nesterov),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -438,6 +457,9 @@ def adabelief(
     eps_root: ArrayLike = 1e-16,
     *,
     nesterov: bool = False,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""The AdaBelief optimizer: :func:`scale_by_belief` followed by a step of size :math:`-\eta_t`.
 
@@ -451,6 +473,11 @@ def adabelief(
       eps: :math:`\epsilon \ge 0`.
       eps_root: :math:`\epsilon_{root} \ge 0`.
       nesterov: use Nesterov momentum.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
@@ -465,7 +492,11 @@ def adabelief(
       Zhuang et al., 2020, "AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed Gradients".
     """
     check_adam_args("adabelief", b1, b2, eps, eps_root)
-    return chain(scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov), scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
 # --- Yogi -----------------------------------------------------------------------------------------------------------
@@ -530,7 +561,14 @@ def scale_by_yogi(
 
 
 def yogi(
-    learning_rate: ScalarOrSchedule, b1: ArrayLike = 0.9, b2: ArrayLike = 0.999, eps: ArrayLike = 1e-3
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-3,
+    *,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""The Yogi optimizer: :func:`scale_by_yogi` followed by a step of size :math:`-\eta_t`.
 
@@ -542,6 +580,11 @@ def yogi(
       b1: :math:`\beta_1 \in [0, 1)`.
       b2: :math:`\beta_2 \in [0, 1)`.
       eps: :math:`\epsilon \ge 0`.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
@@ -556,4 +599,8 @@ def yogi(
       Zaheer et al., 2018, "Adaptive Methods for Nonconvex Optimization".
     """
     check_adam_args("yogi", b1, b2, eps, 0.0)
-    return chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_yogi(b1, b2, eps),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
+    )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
-from ..transforms._adding import add_noise
+from .._base import GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
+from ..transforms._adding import add_noise, decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -18,6 +18,9 @@ def noisy_sgd(
     key: jax.Array | int | None = None,
     *,
     seed: int | None = None,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""SGD on gradients with added Gaussian noise whose variance decays with the step.
 
@@ -31,6 +34,11 @@ def noisy_sgd(
       gamma: the decay exponent of the variance (0.55 in the paper).
       key: a PRNG key or an int seed for the noise (0, with a warning, when omitted).
       seed: deprecated spelling of an int ``key``.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`: ``chain(add_noise(...), scale_by_learning_rate(...))``.
@@ -44,4 +52,8 @@ def noisy_sgd(
     References:
       Neelakantan et al., 2015, "Adding Gradient Noise Improves Learning for Very Deep Networks".
     """
-    return chain(add_noise(eta, gamma, key, seed=seed), scale_by_learning_rate(learning_rate))
+    return chain(
+        add_noise(eta, gamma, key, seed=seed),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
+    )

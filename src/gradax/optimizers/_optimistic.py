@@ -9,12 +9,13 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, ScalarOrSchedule, Updates
+from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import argument_error
 from .._hyperparams import is_schedule
 from .._maps import map_n
 from .._numerics import compute_dtype
 from ..transforms._accumulation import zeros_state_like
+from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import check_adam_args, scale_by_adam
@@ -85,7 +86,13 @@ def scale_by_optimistic_gradient(alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0) 
 
 
 def optimistic_gradient_descent(
-    learning_rate: ScalarOrSchedule, alpha: ScalarOrSchedule = 1.0, beta: ScalarOrSchedule = 1.0
+    learning_rate: ScalarOrSchedule,
+    alpha: ScalarOrSchedule = 1.0,
+    beta: ScalarOrSchedule = 1.0,
+    *,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""Optimistic gradient descent: :math:`\theta_{t+1} = \theta_t - \eta_t ((\alpha+\beta) g_t - \beta g_{t-1})`.
 
@@ -93,6 +100,11 @@ def optimistic_gradient_descent(
       learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
       alpha: :math:`\alpha`, a number or an array.
       beta: :math:`\beta`, a number or an array.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
@@ -109,7 +121,11 @@ def optimistic_gradient_descent(
     """
     _no_schedule("optimistic_gradient_descent", "alpha", alpha)
     _no_schedule("optimistic_gradient_descent", "beta", beta)
-    return chain(scale_by_optimistic_gradient(alpha, beta), scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_optimistic_gradient(alpha, beta),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
 def _optimistic_adam_chain(api, learning_rate, alpha, beta, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype):

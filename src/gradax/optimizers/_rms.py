@@ -8,12 +8,20 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, Params, ScalarOrSchedule, identity
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    MaskOrFn,
+    Params,
+    ScalarOrSchedule,
+    identity,
+)
 from .._checks import check_decay, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from ..transforms._accumulation import trace
+from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -240,6 +248,10 @@ def rmsprop(
     momentum: ArrayLike | None = None,
     nesterov: bool = False,
     bias_correction: bool = False,
+    *,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""RMSProp: gradients divided by a running RMS (or standard deviation), times the learning rate, with momentum.
 
@@ -260,6 +272,11 @@ def rmsprop(
       momentum: :math:`\beta \in [0, 1)` for a momentum trace after the scaling, or None.
       nesterov: use Nesterov momentum.
       bias_correction: bias-correct the moving averages.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`: the chain of the scaling, the learning rate and the momentum.
@@ -287,6 +304,7 @@ def rmsprop(
         scaling(
             decay=decay, eps=eps, initial_scale=initial_scale, eps_in_sqrt=eps_in_sqrt, bias_correction=bias_correction
         ),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
         trace(decay=momentum, nesterov=nesterov) if momentum is not None else identity(),
     )

@@ -6,9 +6,10 @@ from typing import Any
 
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformationExtraArgs, ScalarOrSchedule, identity
+from .._base import GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, identity
 from .._checks import check_decay
 from ..transforms._accumulation import trace
+from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -18,6 +19,10 @@ def sgd(
     momentum: ArrayLike | None = None,
     nesterov: bool = False,
     accumulator_dtype: Any | None = None,
+    *,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""Stochastic gradient descent, with optional heavy-ball or Nesterov momentum.
 
@@ -32,6 +37,11 @@ def sgd(
       momentum: :math:`\beta \in [0, 1)`, or None for plain SGD.
       nesterov: use Nesterov momentum.
       accumulator_dtype: dtype of the momentum (default float32 for bfloat16/float16 params, else the params').
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs` with state ``(TraceState | EmptyState, ScaleState |
@@ -57,5 +67,6 @@ def sgd(
         trace(decay=momentum, nesterov=nesterov, accumulator_dtype=accumulator_dtype)
         if momentum is not None
         else identity(),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

@@ -8,9 +8,16 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, ScalarOrSchedule, init_empty_state
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    MaskOrFn,
+    ScalarOrSchedule,
+    init_empty_state,
+)
 from .._checks import check_decay
 from ..transforms._accumulation import ema
+from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -38,12 +45,23 @@ def scale_by_sign() -> GradientTransformation:
     return GradientTransformation(init_empty_state, update)
 
 
-def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformationExtraArgs:
+def sign_sgd(
+    learning_rate: ScalarOrSchedule,
+    *,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
+) -> GradientTransformationExtraArgs:
     r"""signSGD: steps of fixed size along the sign of the gradient, :math:`\theta \leftarrow \theta - \eta_t\,
     \mathrm{sign}(g_t)`.
 
     Args:
       learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`: ``chain(scale_by_sign(), scale_by_learning_rate(...))``.
@@ -57,13 +75,21 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformationExtraArgs
     References:
       Bernstein et al., 2018, "signSGD: Compressed Optimisation for Non-Convex Problems".
     """
-    return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_sign(),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
 def signum(
     learning_rate: ScalarOrSchedule,
     beta: ArrayLike = 0.9,
     accumulator_dtype: Any | None = None,
+    *,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""Signum: signSGD on an exponential moving average of the gradients (sign momentum).
 
@@ -74,6 +100,11 @@ def signum(
       learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
       beta: :math:`\beta \in [0, 1)`, the decay of the moving average (not debiased: the sign does not need it).
       accumulator_dtype: dtype of the average (default float32 for bf16/f16 params, else the params').
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`: ``chain(ema(beta, debias=False), scale_by_sign(),
@@ -92,5 +123,6 @@ def signum(
     return chain(
         ema(beta, debias=False, accumulator_dtype=accumulator_dtype),
         scale_by_sign(),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

@@ -9,11 +9,12 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, Params, ScalarOrSchedule
+from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, Params, ScalarOrSchedule
 from .._checks import argument_error, check_decay, check_interval, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
 from .._numerics import compute_dtype, leaf_dtype, state_dtype, zeros_for
+from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -120,7 +121,14 @@ def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8
     return GradientTransformation(init, update)
 
 
-def sm3(learning_rate: ScalarOrSchedule, momentum: ArrayLike = 0.9) -> GradientTransformationExtraArgs:
+def sm3(
+    learning_rate: ScalarOrSchedule,
+    momentum: ArrayLike = 0.9,
+    *,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskOrFn = None,
+    cautious_weight_decay: bool = False,
+) -> GradientTransformationExtraArgs:
     r"""SM3: :func:`scale_by_sm3` (with :math:`\beta_1` = ``momentum``, :math:`\beta_2 = 1`) and a descent step.
 
     .. math::
@@ -129,6 +137,11 @@ def sm3(learning_rate: ScalarOrSchedule, momentum: ArrayLike = 0.9) -> GradientT
     Args:
       learning_rate: :math:`\eta`, a number, an array or a schedule of the step count.
       momentum: :math:`\beta_1 \in [0, 1)`.
+      weight_decay: :math:`\lambda \ge 0`, decoupled weight decay added to the update before the learning rate
+        (:math:`\theta \leftarrow \theta - \eta_t (u_t + \lambda_t \theta)`): a number, an array or a schedule.
+        ``None`` (the default) adds nothing: the chain, its state and its numbers are Optax's.
+      weight_decay_mask: which leaves to decay (a tree of booleans or a function of the params); ``None`` decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
@@ -148,4 +161,8 @@ def sm3(learning_rate: ScalarOrSchedule, momentum: ArrayLike = 0.9) -> GradientT
     References:
       Anil et al., 2019, "Memory-Efficient Adaptive Optimization".
     """
-    return chain(scale_by_sm3(momentum), scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_sm3(momentum),
+        *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
+    )

@@ -39,6 +39,16 @@ def skips_decay(weight_decay: Any) -> bool:
     return isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool) and weight_decay == 0.0
 
 
+def decoupled_weight_decay(
+    weight_decay: ScalarOrSchedule | None, mask: MaskOrFn = None, cautious: bool = False
+) -> tuple[GradientTransformation, ...]:
+    """The steps a recipe puts before its learning rate for decoupled weight decay: ``()`` for ``None`` or the
+    number 0 (the recipe's chain, state and numbers stay exactly Optax's), else one :func:`add_decayed_weights`."""
+    if weight_decay is None or skips_decay(weight_decay):
+        return ()
+    return (add_decayed_weights(weight_decay, mask, cautious=cautious),)
+
+
 def add_decayed_weights(
     weight_decay: ScalarOrSchedule = 0.0, mask: MaskOrFn = None, *, cautious: bool = False
 ) -> GradientTransformation:

@@ -131,6 +131,35 @@ ENTRIES = [
     ),
 ]
 
+# item 5: decoupled weight decay on the Optax recipes that lacked it (their defaults keep Optax's oracle entries)
+_WD = {"weight_decay": 1e-3, "weight_decay_mask": _BIG}
+ENTRIES += [
+    Entry(name, {"learning_rate": 0.1, **kw, **_WD}, needs_params=True, oracle=False)
+    for name, kw in [
+        ("sgd", {"momentum": 0.9}),
+        ("rmsprop", {"momentum": 0.5}),
+        ("adagrad", {}),
+        ("amsgrad", {}),
+        ("radam", {}),
+        ("adabelief", {}),
+        ("yogi", {}),
+        ("sign_sgd", {}),
+        ("signum", {}),
+        ("sm3", {}),
+        ("noisy_sgd", {"key": 0}),
+        ("optimistic_gradient_descent", {}),
+    ]
+]
+ENTRIES.append(
+    Entry(
+        "sgd",
+        make=lambda ox: ox.sgd(_SCHED, weight_decay=_SCHED, cautious_weight_decay=True),
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    )
+)
+
 COVERED = {
     "contrib.ScaleByApolloState": "tests/contrib/test_apollo_reference.py",
     "contrib.ScaleByAdamMiniState": "tests/contrib/test_adam_mini_reference.py",

@@ -151,3 +151,11 @@ def test_errors():
     tx = contrib.scale_by_scion(layer_norms={"v": "nuclear"})
     with pytest.raises(ValueError, match=r"scale_by_scion\(layer_norms=\.\.\.\) must be one of"):
         tx.update({"v": jnp.ones((2, 2))}, tx.init({"v": jnp.ones((2, 2))}))
+
+
+def test_embedding_rows_never_make_a_dense_square():
+    emb = jax.ShapeDtypeStruct((50_000, 8), jnp.float32)
+    for norm in ("spectral", "colnorm"):
+        tx = contrib.scale_by_scion(layer_norms=norm)
+        compiled = jax.jit(tx.update).lower(emb, jax.eval_shape(tx.init, emb)).compile()
+        assert compiled.memory_analysis().temp_size_in_bytes < 50_000 * 8 * 4 * 16

@@ -10,7 +10,7 @@ import pytest
 import gradax
 
 P = {"w": jnp.array([[0.5, -1.0], [2.0, -0.25]]), "b": jnp.array([0.3, -0.7])}
-G = [jax.tree.map(lambda x, i=i: jnp.sin(x * (i + 1)) + 0.1 * i, P) for i in range(4)]
+G = [jax.tree.map(lambda x, i=i: jnp.cos(3 * x * (i + 1)) + 0.1 * i, P) for i in range(4)]
 LR, WD = 0.1, 0.05
 
 RECIPES = {
@@ -80,3 +80,37 @@ def test_injected_default_keeps_optax_hyperparams():
 def test_non_finite_weight_decay_is_an_error():
     with pytest.raises(ValueError, match=r"add_decayed_weights\(weight_decay=\.\.\.\) must be finite"):
         gradax.sgd(LR, weight_decay=float("nan"))
+
+
+WITH_DECAY = {
+    "adamw": {"weight_decay": WD},
+    "nadamw": {"weight_decay": WD},
+    "adamaxw": {"weight_decay": WD},
+    "adan": {"weight_decay": WD},
+    "lamb": {"weight_decay": WD},
+    "lion": {"weight_decay": WD},
+    "lars": {"weight_decay": WD},
+    "adadelta": {"weight_decay": WD},
+    "adafactor": {"weight_decay_rate": WD},
+}
+
+
+@pytest.mark.parametrize("name", sorted(WITH_DECAY))
+def test_cautious_weight_decay_option_on_recipes_with_weight_decay(name):
+    kw = WITH_DECAY[name]
+    plain, _ = _updates(getattr(gradax, name)(LR, **kw))
+    default, _ = _updates(getattr(gradax, name)(LR, **kw, cautious_weight_decay=False))
+    cautious, _ = _updates(getattr(gradax, name)(LR, **kw, cautious_weight_decay=True))
+    for a, b in zip(plain, default):
+        jax.tree.map(np.testing.assert_array_equal, a, b)
+    assert any(not np.allclose(a["w"], c["w"]) or not np.allclose(a["b"], c["b"]) for a, c in zip(plain, cautious))
+
+
+@pytest.mark.parametrize("name", ["adamw", "lion"])
+def test_cautious_adamw_and_lion_closed_form(name):
+    nodecay, _ = _updates(getattr(gradax, name)(LR, weight_decay=0.0))
+    cautious, _ = _updates(getattr(gradax, name)(LR, weight_decay=WD, cautious_weight_decay=True))
+    for u, c in zip(nodecay, cautious):
+        for k in P:
+            agree = (-u[k] / LR) * P[k] >= 0
+            np.testing.assert_allclose(c[k], u[k] - LR * WD * jnp.where(agree, P[k], 0), rtol=1e-5, atol=1e-7)

@@ -81,6 +81,8 @@ def adadelta(
     eps: ArrayLike = 1e-6,
     weight_decay: ScalarOrSchedule = 0.0,
     weight_decay_mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""AdaDelta, with optional decoupled weight decay added to the gradient first.
 
@@ -97,6 +99,7 @@ def adadelta(
       weight_decay: :math:`\lambda \ge 0`, a number, an array or a schedule.
       weight_decay_mask: which parameters get weight decay (a pytree of booleans, a prefix, or a function of the
         params); None decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -119,7 +122,7 @@ def adadelta(
     if not is_schedule(weight_decay):
         check_non_negative("adadelta", "weight_decay", weight_decay)
     return chain(
-        add_decayed_weights(weight_decay, mask=weight_decay_mask),
+        add_decayed_weights(weight_decay, mask=weight_decay_mask, cautious=cautious_weight_decay),
         scale_by_adadelta(rho=rho, eps=eps),
         scale_by_learning_rate(1.0 if learning_rate is None else learning_rate),
     )

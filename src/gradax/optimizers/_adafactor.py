@@ -200,6 +200,8 @@ def adafactor(
     eps: ArrayLike = 1e-30,
     factored: bool = True,
     weight_decay_mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""Adafactor: factored second moments, update clipping, relative step sizes, optional momentum and decay.
 
@@ -224,6 +226,7 @@ def adafactor(
       eps: :math:`\epsilon \ge 0`, added to the squared gradients.
       factored: use factored second moments for leaves of rank >= 2.
       weight_decay_mask: which parameters get weight decay (pytree of booleans, prefix or function); None: all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params`` when
@@ -272,6 +275,6 @@ def adafactor(
     if momentum is not None:
         parts.append(ema(momentum, debias=False, accumulator_dtype=dtype_momentum))
     if weight_decay_rate is not None:
-        parts.append(add_decayed_weights(weight_decay_rate, mask=weight_decay_mask))
+        parts.append(add_decayed_weights(weight_decay_rate, mask=weight_decay_mask, cautious=cautious_weight_decay))
     parts.append(scale(-1))
     return chain(*parts)

@@ -194,7 +194,8 @@ def _adam_chain(api, learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, n
     resolve_moments(api, moments, mu_dtype, nu_dtype)
     parts = [scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype, moments=moments)]
     if decay is not None:
-        parts.append(add_decayed_weights(*decay))
+        weight_decay, mask, cautious = decay
+        parts.append(add_decayed_weights(weight_decay, mask, cautious=cautious))
     parts.append(scale_by_learning_rate(learning_rate))
     return chain(*parts)
 
@@ -260,6 +261,7 @@ def adamw(
     nesterov: bool = False,
     nu_dtype: Any | None = None,
     moments: str | Blockwise8bit | None = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""Adam with decoupled weight decay (AdamW).
 
@@ -281,6 +283,7 @@ def adamw(
       nu_dtype: dtype of the second moment.
       moments: None (dense), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: 8-bit block-wise moments (see
         :func:`scale_by_adam`; not in Optax).
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -297,7 +300,17 @@ def adamw(
       Loshchilov and Hutter, 2019, "Decoupled Weight Decay Regularization".
     """
     return _adam_chain(
-        "adamw", learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, moments, decay=(weight_decay, mask)
+        "adamw",
+        learning_rate,
+        b1,
+        b2,
+        eps,
+        eps_root,
+        mu_dtype,
+        nesterov,
+        nu_dtype,
+        moments,
+        decay=(weight_decay, mask, cautious_weight_decay),
     )
 
 
@@ -360,6 +373,7 @@ def nadamw(
     nesterov: bool = True,
     nu_dtype: Any | None = None,
     moments: str | Blockwise8bit | None = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""NAdamW: :func:`adamw` with Nesterov momentum (``nesterov=True`` by default).
 
@@ -381,6 +395,7 @@ def nadamw(
       nu_dtype: dtype of the second moment.
       moments: None (dense), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: 8-bit block-wise moments (see
         :func:`scale_by_adam`; not in Optax).
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -408,5 +423,5 @@ def nadamw(
         nesterov,
         nu_dtype,
         moments,
-        decay=(weight_decay, mask),
+        decay=(weight_decay, mask, cautious_weight_decay),
     )

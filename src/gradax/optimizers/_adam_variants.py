@@ -242,6 +242,8 @@ def adamaxw(
     eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 1e-4,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""Adamax with decoupled weight decay.
 
@@ -255,6 +257,7 @@ def adamaxw(
       eps: :math:`\epsilon \ge 0`.
       weight_decay: :math:`\lambda`, a number, an array or a schedule.
       mask: which parameters to decay (a tree of booleans or a function of the params); None decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -271,7 +274,9 @@ def adamaxw(
     """
     check_adam_args("adamaxw", b1, b2, eps, 0.0)
     return chain(
-        scale_by_adamax(b1, b2, eps), add_decayed_weights(weight_decay, mask), scale_by_learning_rate(learning_rate)
+        scale_by_adamax(b1, b2, eps),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
+        scale_by_learning_rate(learning_rate),
     )
 
 

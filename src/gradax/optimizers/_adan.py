@@ -120,6 +120,8 @@ def adan(
     eps_root: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""The Adan optimizer: :func:`scale_by_adan`, decoupled weight decay, then a step of size :math:`-\eta_t`.
 
@@ -136,6 +138,7 @@ def adan(
       eps_root: :math:`\epsilon_{root} \ge 0`.
       weight_decay: :math:`\lambda`, a number, an array or a schedule.
       mask: which parameters to decay (a tree of booleans or a function of the params); None decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`.
@@ -154,6 +157,6 @@ def adan(
     check_decay("adan", "b3", b3)
     return chain(
         scale_by_adan(b1, b2, b3, eps, eps_root),
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

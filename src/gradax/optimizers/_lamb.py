@@ -20,6 +20,8 @@ def lamb(
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""The LAMB optimizer: Adam's step plus decoupled weight decay, rescaled per layer by the trust ratio.
 
@@ -39,6 +41,7 @@ def lamb(
       eps_root: :math:`\epsilon_{root} \ge 0`.
       weight_decay: :math:`\lambda`, a number, an array or a schedule.
       mask: which parameters to decay (a tree of booleans or a function of the params); None decays all.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -56,7 +59,7 @@ def lamb(
     check_adam_args("lamb", b1, b2, eps, eps_root)
     return chain(
         scale_by_adam(b1, b2, eps, eps_root),
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_trust_ratio(),
         scale_by_learning_rate(learning_rate),
     )

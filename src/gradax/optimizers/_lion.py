@@ -140,6 +140,7 @@ def lion(
     mask: MaskOrFn = None,
     *,
     moments: str | Blockwise8bit | None = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""The Lion optimizer: :func:`scale_by_lion`, decoupled weight decay, then a step of size :math:`-\eta_t`.
 
@@ -159,6 +160,7 @@ def lion(
       mask: which parameters to decay (a tree of booleans or a function of the params); None decays all.
       moments: None (dense momentum), ``"8bit"`` or a :class:`gradax.Blockwise8bit`: block-wise 8-bit momentum
         (see :func:`scale_by_lion`; not in Optax).
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -178,6 +180,6 @@ def lion(
     resolve_moments("lion", moments, mu_dtype)
     return chain(
         scale_by_lion(b1, b2, mu_dtype, moments=moments),
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

@@ -138,6 +138,8 @@ def lars(
     trust_ratio_mask: MaskOrFn = True,
     momentum: ArrayLike = 0.9,
     nesterov: bool = False,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""LARS: SGD with momentum where each layer's step is scaled by its trust ratio.
 
@@ -159,6 +161,7 @@ def lars(
       trust_ratio_mask: which parameters get the trust-ratio scaling.
       momentum: :math:`\beta \in [0, 1)`.
       nesterov: use Nesterov momentum.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; ``update`` needs ``params``.
@@ -180,7 +183,7 @@ def lars(
     if not is_schedule(weight_decay):
         check_non_negative("lars", "weight_decay", weight_decay)
     return chain(
-        add_decayed_weights(weight_decay, mask=weight_decay_mask),
+        add_decayed_weights(weight_decay, mask=weight_decay_mask, cautious=cautious_weight_decay),
         masked(scale_by_trust_ratio(trust_coefficient=trust_coefficient, eps=eps), mask=trust_ratio_mask),
         scale_by_learning_rate(learning_rate),
         trace(decay=momentum, nesterov=nesterov),

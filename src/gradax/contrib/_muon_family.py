@@ -181,12 +181,12 @@ def scale_by_normuon(
 def scale_by_adamuon(
     ns_coeffs: Any = _DEFAULT_NS_COEFFS,
     ns_steps: int = 5,
-    b1: ArrayLike = 0.9,
-    b2: ArrayLike = 0.95,
+    b1: ArrayLike = 0.95,
+    b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     mu_dtype: Any | None = None,
     *,
-    nesterov: bool = False,
+    nesterov: bool = True,
     target_rms: ArrayLike = 0.2,
     weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Any] | None = None,
 ) -> GradientTransformation:
@@ -195,20 +195,21 @@ def scale_by_adamuon(
     For each matrix (``m x n``):
 
     .. math::
-        m_t &= \beta_1 m_{t-1} + (1 - \beta_1) g_t, \quad O_t = \mathrm{NS}_K(m_t), \\
+        m_t &= \beta_1 m_{t-1} + (1 - \beta_1) g_t, \quad
+            O_t = \mathrm{NS}_K\left((1 - \beta_1) g_t + \beta_1 m_t\right) \ (\text{Nesterov; else } \mathrm{NS}_K(m_t)), \\
         v_t &= \beta_2 v_{t-1} + (1 - \beta_2) O_t \odot O_t, \quad
             \hat O_t = O_t / (\sqrt{v_t / (1 - \beta_2^t)} + \epsilon), \\
         u_t &= \hat O_t \cdot \frac{r \sqrt{mn}}{\|\hat O_t\|_F + \epsilon},
 
     so that every update has RMS :math:`r` (0.2, AdamW's typical RMS, which lets AdamW's learning rate and weight
-    decay carry over).
+    decay carry over). The defaults are those of the authors' code (Nesterov momentum 0.95, :math:`\beta_2 = 0.999`).
 
     Args:
       ns_coeffs, ns_steps, mu_dtype, weight_dimension_numbers: as in :func:`scale_by_muon`.
       b1: momentum decay in :math:`[0, 1)`.
       b2: second-moment decay in :math:`[0, 1)`.
       eps: :math:`\epsilon >= 0`.
-      nesterov: orthogonalize :math:`(1-\beta_1) g_t + \beta_1 m_t` instead of :math:`m_t`.
+      nesterov: orthogonalize :math:`(1-\beta_1) g_t + \beta_1 m_t` instead of :math:`m_t` (as the authors do).
       target_rms: :math:`r > 0`.
 
     Returns:
@@ -358,14 +359,14 @@ def adamuon(
     learning_rate: ScalarOrSchedule,
     ns_coeffs: Any = _DEFAULT_NS_COEFFS,
     ns_steps: int = 5,
-    b1: ArrayLike = 0.9,
-    b2: ArrayLike = 0.95,
+    b1: ArrayLike = 0.95,
+    b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 0.0,
     weight_decay_mask: Any = None,
     mu_dtype: Any | None = None,
     *,
-    nesterov: bool = False,
+    nesterov: bool = True,
     target_rms: ArrayLike = 0.2,
     adam_b1: ArrayLike = 0.9,
     adam_b2: ArrayLike = 0.95,

@@ -156,7 +156,7 @@ def test_update_probability_and_key():
     np.testing.assert_array_equal(s0.qs["w"][0][0], np.eye(4))
     np.testing.assert_allclose(u0["w"], g["w"] * min(1.0, 1.1 / float(jnp.sqrt(jnp.mean(g["w"] ** 2)))), rtol=1e-6)
     # the default schedule: 1 for 500 steps, then down to 0.03
-    sched = contrib._kron.precond_update_prob_schedule()
+    sched = contrib.precond_update_prob_schedule()
     np.testing.assert_allclose([sched(0), sched(500), sched(1500), sched(10_000)], [1, 1, np.exp(-1), 0.03], rtol=1e-6)
     s = contrib.scale_by_kron().init(params)
     assert s.key.dtype == jnp.uint32 and contrib.KronState._fields == ("count", "key", "mu", "qs")
@@ -221,5 +221,11 @@ def test_errors():
         contrib.scale_by_kron(precond_init_scale=0.0)
     with pytest.raises(ValueError, match=r"scale_by_kron\(key=\.\.\.\) must be an int seed or a PRNG key"):
         contrib.scale_by_kron(key="seed")
+    with pytest.raises(ValueError, match=r"precond_update_prob_schedule\(min_prob=\.\.\.\) must be in \[0, 0\.5\]"):
+        contrib.precond_update_prob_schedule(max_prob=0.5, min_prob=0.7)
+    with pytest.raises(ValueError, match=r"precond_update_prob_schedule\(max_prob=\.\.\.\) must be in \[0, 1\]"):
+        contrib.precond_update_prob_schedule(max_prob=2.0)
+    with pytest.raises(ValueError, match=r"precond_update_prob_schedule\(decay=\.\.\.\) must be >= 0"):
+        contrib.precond_update_prob_schedule(decay=-1.0)
     with pytest.raises(ValueError, match=r"kron\(weight_decay=\.\.\.\) must be >= 0"):
         contrib.kron(1e-3, weight_decay=-1.0)

@@ -50,7 +50,27 @@ def precond_update_prob_schedule(
 ) -> Callable[[jax.Array], jax.Array]:
     r"""The default probability of a preconditioner update at step :math:`n`:
     :math:`\mathrm{clip}(p_{\max} e^{-\kappa (n - n_0)}, p_{\min}, p_{\max})` (1 for 500 steps, then down to 0.03
-    by about step 4,000). Many updates early, while the preconditioner is learned; few once it is."""
+    by about step 4,000). Many updates early, while the preconditioner is learned; few once it is.
+
+    Args:
+      max_prob: :math:`p_{\max}` in :math:`[0, 1]`.
+      min_prob: :math:`p_{\min}` in :math:`[0, p_{\max}]`.
+      decay: :math:`\kappa >= 0`.
+      flat_start: :math:`n_0`, the steps at :math:`p_{\max}`.
+
+    Returns:
+      A schedule ``count -> probability`` for ``preconditioner_update_probability``.
+
+    Example:
+      >>> import gradax
+      >>> schedule = gradax.contrib.precond_update_prob_schedule(min_prob=0.1)
+      >>> float(schedule(0)), round(float(schedule(10_000)), 3)
+      (1.0, 0.1)
+    """
+    api = "precond_update_prob_schedule"
+    check_interval(api, "max_prob", max_prob, 0.0, 1.0)
+    check_interval(api, "min_prob", min_prob, 0.0, max_prob)
+    check_non_negative(api, "decay", decay)
 
     def schedule(count):
         n = jnp.asarray(count, jnp.float32)

@@ -94,6 +94,7 @@ ENTRIES += [
 
 COVERED = {
     "contrib.KronState": "tests/contrib/test_kron.py",
+    "contrib.precond_update_prob_schedule": "tests/contrib/test_kron.py",
     "contrib.ScionState": "tests/contrib/test_scion.py",
     "contrib.NorMuonState": "tests/contrib/test_muon_family.py",
     "contrib.AdaMuonState": "tests/contrib/test_muon_family.py",

@@ -104,10 +104,6 @@ from ._kron import KronState as KronState
 from ._kron import kron as kron
 from ._kron import precond_update_prob_schedule as precond_update_prob_schedule
 from ._kron import scale_by_kron as scale_by_kron
-from ._kron import KronState as KronState
-from ._kron import kron as kron
-from ._kron import precond_update_prob_schedule as precond_update_prob_schedule
-from ._kron import scale_by_kron as scale_by_kron
 from ._came import ScaleByCameState as ScaleByCameState
 from ._came import came as came
 from ._came import scale_by_came as scale_by_came

@@ -1,5 +1,6 @@
 """gradax.cautious and cautious weight decay, against pytorch_optimizer's cautious variants (float64, 20 steps)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -78,3 +79,50 @@ def test_cautious_weight_decay_with_schedule_and_mask():
     np.testing.assert_allclose(out["b"], [1.0])
     out, s = tx.update(u, s, p)
     np.testing.assert_allclose(out["w"], [2.0, 1.0])
+
+
+_P = {"w": jnp.array([[0.5, -1.0, 0.2], [2.0, -0.25, -0.6]]), "b": jnp.array([0.3, -0.7, 0.1])}
+_G = [{k: jnp.cos(3 * v * (i + 1)) + 0.1 * i for k, v in _P.items()} for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("name", "kw"),
+    [
+        ("acprop", {"learning_rate": 0.1}),
+        ("ademamix", {"learning_rate": 0.1}),
+        ("simplified_ademamix", {"learning_rate": 0.1}),
+        ("cocob", {"learning_rate": 1.0}),
+        ("dog", {"learning_rate": 1.0}),
+        ("dowg", {"learning_rate": 1.0}),
+        ("galore", {"learning_rate": 0.1, "rank": 1}),
+        ("muon", {"learning_rate": 0.1}),
+    ],
+)
+def test_contrib_recipes_take_cautious_weight_decay(name, kw):
+    def run(**extra):
+        tx = getattr(gradax.contrib, name)(**kw, weight_decay=0.1, **extra)
+        state, out = tx.init(_P), []
+        for g in _G:
+            u, state = tx.update(g, state, _P)
+            out.append(u)
+        return out
+
+    plain, default, cautious = run(), run(cautious_weight_decay=False), run(cautious_weight_decay=True)
+    for a, b in zip(plain, default):
+        jax.tree.map(np.testing.assert_array_equal, a, b)
+    assert any(not np.allclose(a[k], c[k]) for a, c in zip(plain, cautious) for k in _P)
+
+
+def test_sophia_takes_cautious_weight_decay():
+    obj = {"obj_fn": lambda p: 0.5 * sum(jnp.sum(x**2) for x in jax.tree.leaves(p))}
+
+    def run(**extra):
+        tx = gradax.contrib.sophia(0.1, weight_decay=0.1, update_interval=1, **extra)
+        state, out = tx.init(_P), []
+        for g in _G:
+            u, state = tx.update(g, state, _P, **obj)
+            out.append(u)
+        return out
+
+    plain, cautious = run(), run(cautious_weight_decay=True)
+    assert any(not np.allclose(a[k], c[k]) for a, c in zip(plain, cautious) for k in _P)

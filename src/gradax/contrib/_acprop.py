@@ -92,6 +92,8 @@ def acprop(
     eps_root: ArrayLike = 1e-16,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformation:
     r"""The ACProp optimizer: :func:`scale_by_acprop`, decoupled weight decay, then a step of :math:`-\eta_t`.
 
@@ -106,6 +108,7 @@ def acprop(
       eps_root: :math:`\bar\varepsilon \ge 0`.
       weight_decay: :math:`\lambda`, a number, an array or a schedule.
       mask: which parameters to decay (a tree of booleans or a function of the params).
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformation`; ``update`` needs ``params`` when ``weight_decay`` is not zero.
@@ -121,6 +124,6 @@ def acprop(
     """
     return chain(
         scale_by_acprop(b1=b1, b2=b2, eps=eps, eps_root=eps_root),
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

@@ -29,9 +29,11 @@ def _check_moments(api, b1, b2, alpha, eps, eps_root) -> None:
     check_non_negative(api, "eps_root", eps_root)
 
 
-def _with_decay_and_lr(scaler, weight_decay, mask, learning_rate) -> GradientTransformation:
+def _with_decay_and_lr(scaler, weight_decay, mask, learning_rate, cautious=False) -> GradientTransformation:
     """The recipe of both variants: the scaled direction, decoupled weight decay, then a step of -learning_rate."""
-    return chain(scaler, add_decayed_weights(weight_decay, mask), scale_by_learning_rate(learning_rate))
+    return chain(
+        scaler, add_decayed_weights(weight_decay, mask, cautious=cautious), scale_by_learning_rate(learning_rate)
+    )
 
 
 class ScaleByAdemamixState(NamedTuple):
@@ -136,6 +138,8 @@ def ademamix(
     mu_dtype: Any | None = None,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformation:
     r"""The AdEMAMix optimizer: :func:`scale_by_ademamix`, decoupled weight decay, then a step of :math:`-\eta_t`.
 
@@ -154,6 +158,7 @@ def ademamix(
       mu_dtype: dtype of the moments.
       weight_decay: :math:`\lambda`, a number, an array or a schedule.
       mask: which parameters to decay.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformation`.
@@ -168,7 +173,7 @@ def ademamix(
       Pagliardini, Ablin and Grangier, 2024, "The AdEMAMix Optimizer: Better, Faster, Older" (arXiv:2409.03152).
     """
     scaler = scale_by_ademamix(b1=b1, b2=b2, b3=b3, alpha=alpha, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype)
-    return _with_decay_and_lr(scaler, weight_decay, mask, learning_rate)
+    return _with_decay_and_lr(scaler, weight_decay, mask, learning_rate, cautious_weight_decay)
 
 
 class ScaleBySimplifiedAdEMAMixState(NamedTuple):
@@ -248,6 +253,8 @@ def simplified_ademamix(
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformation:
     r"""Simplified AdEMAMix: :func:`scale_by_simplified_ademamix`, weight decay, then a step of :math:`-\eta_t`.
 
@@ -264,6 +271,7 @@ def simplified_ademamix(
       eps_root: :math:`\bar\varepsilon \ge 0`.
       weight_decay: :math:`\lambda`, a number, an array or a schedule.
       mask: which parameters to decay.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformation`.
@@ -279,4 +287,4 @@ def simplified_ademamix(
       (arXiv:2502.02431).
     """
     scaler = scale_by_simplified_ademamix(b1=b1, b2=b2, alpha=alpha, eps=eps, eps_root=eps_root)
-    return _with_decay_and_lr(scaler, weight_decay, mask, learning_rate)
+    return _with_decay_and_lr(scaler, weight_decay, mask, learning_rate, cautious_weight_decay)

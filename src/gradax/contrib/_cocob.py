@@ -127,6 +127,8 @@ def cocob(
     eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformation:
     r"""COCOB-Backprop: weight decay, the gradient scaled by ``learning_rate`` (no sign flip), then COCOB's step.
 
@@ -142,6 +144,7 @@ def cocob(
       eps: :math:`\varepsilon > 0`.
       weight_decay: :math:`\lambda`, a number, an array or a schedule.
       mask: which parameters to decay.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformation`; ``update`` needs ``params``.
@@ -156,7 +159,7 @@ def cocob(
       Orabona and Tommasi, 2017, "Training Deep Networks without Learning Rates Through Coin Betting" (NeurIPS).
     """
     return chain(
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate, flip_sign=False),
         scale_by_cocob(alpha, eps),
     )

@@ -144,6 +144,8 @@ def dog(
     eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule | None = None,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformation:
     r"""The DoG optimizer: optional weight decay, :func:`scale_by_dog`, then a step of :math:`-\eta_t` (default 1).
 
@@ -156,6 +158,7 @@ def dog(
       eps: :math:`\varepsilon \ge 0`.
       weight_decay: decay added to the gradients (None for none).
       mask: which parameters to decay.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformation`; ``update`` needs ``params``.
@@ -170,7 +173,9 @@ def dog(
       Ivgi, Hinder and Carmon, 2023, "DoG is SGD's Best Friend: A Parameter-Free Dynamic Step Size Schedule" (ICML).
     """
     return chain(
-        add_decayed_weights(weight_decay, mask) if weight_decay is not None else identity(),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay)
+        if weight_decay is not None
+        else identity(),
         scale_by_dog(init_step, eps),
         scale_by_learning_rate(learning_rate),
     )
@@ -246,6 +251,8 @@ def dowg(
     eps: ArrayLike = 1e-4,
     weight_decay: ScalarOrSchedule | None = None,
     mask: MaskOrFn = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformation:
     r"""The DoWG optimizer: optional weight decay, :func:`scale_by_dowg`, then a step of :math:`-\eta_t` (default 1).
 
@@ -258,6 +265,7 @@ def dowg(
       eps: :math:`\varepsilon > 0`.
       weight_decay: decay added to the gradients (None for none).
       mask: which parameters to decay.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformation`; ``update`` needs ``params``.
@@ -273,7 +281,9 @@ def dowg(
       Method" (NeurIPS).
     """
     return chain(
-        add_decayed_weights(weight_decay, mask) if weight_decay is not None else identity(),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay)
+        if weight_decay is not None
+        else identity(),
         scale_by_dowg(init_estim_sq_dist, eps),
         scale_by_learning_rate(learning_rate),
     )

@@ -221,6 +221,8 @@ def galore(
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn = None,
     weight_dimension_numbers: Any = None,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformation:
     r"""The GaLore optimizer: :func:`scale_by_galore`, decoupled weight decay, then a step of :math:`-\eta_t`.
 
@@ -239,6 +241,7 @@ def galore(
       weight_decay: :math:`\lambda \ge 0`, decoupled weight decay.
       mask: which params get weight decay (a tree of bools or a function of params).
       weight_dimension_numbers: see :func:`scale_by_galore`.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformation` (``update`` needs ``params`` when ``weight_decay`` is not 0).
@@ -263,6 +266,6 @@ def galore(
             base_optimizer=base_optimizer,
             weight_dimension_numbers=weight_dimension_numbers,
         ),
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

@@ -272,6 +272,7 @@ def muon(
     adam_learning_rate: ScalarOrSchedule | None = None,
     muon_weight_dimension_numbers: Any = None,
     consistent_rms: ArrayLike | None = None,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformation:
     r"""Muon for matrices, AdamW for everything else.
 
@@ -298,6 +299,7 @@ def muon(
       muon_weight_dimension_numbers: a :class:`MuonDimensionNumbers`, a tree of them with None for AdamW leaves, or
         a function of the params returning one.
       consistent_rms: target update RMS, or None for the width-transfer scale.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformation` (a :func:`gradax.partition`).
@@ -344,7 +346,7 @@ def muon(
             weight_dimension_numbers=dims_tree,
         ),
         _scale_by_shape(dims_tree, consistent_rms),
-        add_decayed_weights(weight_decay, weight_decay_mask),
+        add_decayed_weights(weight_decay, weight_decay_mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )
     adam_side = adamw(

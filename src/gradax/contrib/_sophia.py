@@ -127,6 +127,8 @@ def sophia(
     mu_dtype: Any | None = None,
     verbose: bool = False,
     print_win_rate_every_n_steps: ArrayLike = 0,
+    *,
+    cautious_weight_decay: bool = False,
 ) -> GradientTransformationExtraArgs:
     r"""Sophia (Second-order Clipped Stochastic Optimization), the Hutchinson variant (Sophia-H) by default.
 
@@ -162,6 +164,7 @@ def sophia(
       mu_dtype: dtype of :math:`m`; the params' dtype (at least float32) when None.
       verbose: print the fraction of unclipped coordinates ("win rate", 0.1 to 0.5 is healthy per the paper).
       print_win_rate_every_n_steps: print period when ``verbose``; 0 never prints.
+      cautious_weight_decay: decay only where the update and the parameter have the same sign (Chen et al., 2025).
 
     Returns:
       A :class:`GradientTransformationExtraArgs` (a chain whose first state is :class:`SophiaState`).
@@ -203,6 +206,6 @@ def sophia(
             verbose,
             print_win_rate_every_n_steps,
         ),
-        add_decayed_weights(weight_decay, weight_decay_mask),
+        add_decayed_weights(weight_decay, weight_decay_mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

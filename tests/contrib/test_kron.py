@@ -229,3 +229,12 @@ def test_errors():
         contrib.precond_update_prob_schedule(decay=-1.0)
     with pytest.raises(ValueError, match=r"kron\(weight_decay=\.\.\.\) must be >= 0"):
         contrib.kron(1e-3, weight_decay=-1.0)
+
+
+def test_balance_keeps_the_preconditioner():
+    rng = np.random.default_rng(5)
+    ql = jnp.triu(jnp.asarray(rng.normal(size=(3, 3)))) * 40.0
+    qr = jnp.triu(jnp.asarray(rng.normal(size=(2, 2)))) / 40.0
+    bl, br = _kron._balance(ql, qr)
+    np.testing.assert_allclose(jnp.max(jnp.abs(bl)), jnp.max(jnp.abs(br)), rtol=1e-6)
+    np.testing.assert_allclose(jnp.kron(bl.T @ bl, br.T @ br), jnp.kron(ql.T @ ql, qr.T @ qr), rtol=1e-5, atol=1e-6)

@@ -93,7 +93,9 @@ def test_normuon_matches_pytorch_optimizer(f64_reference, update_scale):
 
 def test_adamuon_matches_pytorch_optimizer(f64_reference):
     params, grads = _data(2)
-    ours = _run_gradax(contrib.adamuon(0.01, weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, nesterov=False), params, grads)
+    ours = _run_gradax(
+        contrib.adamuon(0.01, weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, nesterov=False), params, grads
+    )
     theirs = _run_torch(
         lambda tp: po.AdaMuon(
             [{"params": list(tp.values()), "use_muon": True}],
@@ -247,6 +249,10 @@ def test_errors():
         opt.update(params, s, params, max_logits=jnp.ones(2))
     with pytest.raises(ValueError, match=r"max_logits for 'q' must hold one logit per head"):
         opt.update(params, s, params, max_logits={"": jnp.ones(3)})
+    vec = {"q": jnp.ones((2, 4)), "bq": jnp.ones(4)}
+    opt = contrib.muon_clip(0.1, qk_clip_labels="query")
+    with pytest.raises(ValueError, match=r"muon_clip: a parameter of rank 1 is not a matrix\. Label 'bq' 'none'"):
+        opt.update(vec, opt.init(vec), vec, max_logits={"": jnp.ones(2)})
     opt = contrib.muon_clip(0.1, qk_clip_labels={"q": "queries"})
     with pytest.raises(ValueError, match=r"muon_clip\(qk_clip_labels=\.\.\.\) must be one of 'query'"):
         opt.update(params, opt.init(params), params, max_logits={"": jnp.ones(2)})

@@ -146,7 +146,7 @@ def test_errors():
     with pytest.raises(ValueError, match=r"scion\(weight_decay=\.\.\.\) must be 0 with constrained=True"):
         contrib.scion(0.1, weight_decay=0.1, constrained=True)
     tx = contrib.scale_by_scion(layer_norms={"v": "spectral"})
-    with pytest.raises(ValueError, match=r"scale_by_scion: a parameter of rank 1 is not a matrix"):
+    with pytest.raises(ValueError, match=r"scale_by_scion: a parameter of rank 1 is not a matrix\. Give it the 'bias'"):
         tx.update({"v": jnp.ones(3)}, tx.init({"v": jnp.ones(3)}))
     tx = contrib.scale_by_scion(layer_norms={"v": "nuclear"})
     with pytest.raises(ValueError, match=r"scale_by_scion\(layer_norms=\.\.\.\) must be one of"):

@@ -57,13 +57,16 @@ def axes(ndim: int, dims: MuonDimensionNumbers) -> tuple[tuple[int, ...], tuple[
     return red, out
 
 
-def default_dims(ndim: int, api: str = "scale_by_muon", fallback: str = "gradax.contrib.muon") -> MuonDimensionNumbers:
-    """The default dimension numbers of a rank-``ndim`` leaf: the last two axes; raises for scalars and vectors."""
+def default_dims(ndim: int, api: str = "scale_by_muon", fix: str | None = None) -> MuonDimensionNumbers:
+    """The default dimension numbers of a rank-``ndim`` leaf: the last two axes; raises for scalars and vectors
+    (``fix`` replaces the message's last sentence)."""
     if ndim < 2:
-        raise ValueError(
-            f"{api}: a parameter of rank {ndim} is not a matrix. Give weight_dimension_numbers (None for "
-            f"the leaves to leave out) or use {fallback}, which sends non-matrix parameters to AdamW."
-        )
+        if fix is None:
+            fix = (
+                "Give weight_dimension_numbers (None for the leaves to leave out) or use gradax.contrib.muon, which "
+                "sends non-matrix parameters to AdamW."
+            )
+        raise ValueError(f"{api}: a parameter of rank {ndim} is not a matrix. {fix}")
     # a stacked weight (..., d_in, d_out): the leading axes are batch axes
     return MuonDimensionNumbers(reduction_axis=ndim - 2, output_axis=ndim - 1)
 

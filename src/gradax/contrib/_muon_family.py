@@ -461,7 +461,9 @@ def _qk_clip(labels, threshold, alpha, user_dims) -> GradientTransformationExtra
             logits = _logits_for(path_string(path), max_logits)
             if role in ("none", "key_rotary") or logits is None:
                 return u
-            d = default_dims(jnp.ndim(p), api, "a label of 'none'") if d is None else d
+            if d is None:
+                fix = f"Label {path_string(path)!r} 'none', or name its axes in muon_weight_dimension_numbers."
+                d = default_dims(jnp.ndim(p), api, fix)
             cd = compute_dtype(jnp.result_type(u, p))
             pm, restore = to_matrices(jnp.asarray(p, cd) + u.astype(cd), d)
             heads = jnp.asarray(logits, cd)

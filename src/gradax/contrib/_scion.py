@@ -159,7 +159,7 @@ def scale_by_scion(
             cd = compute_dtype(jnp.result_type(g, m))
             m_new = (1 - a) * m.astype(cd) + a * g.astype(cd)
             if norm in _MATRIX_NORMS and d is None:
-                d = default_dims(g.ndim, api, "the 'bias' norm")
+                d = default_dims(g.ndim, api, f"Give it the 'bias' norm, not {norm!r}.")
             rho = scales.get(norm, 1.0) if isinstance(scales, Mapping) else scales
             u = as_value(rho, cd) * _lmo(norm, m_new, d, coeffs, ns_steps, as_value(eps, cd))
             return u.astype(g.dtype), m_new.astype(m.dtype)

@@ -126,3 +126,39 @@ def test_sophia_takes_cautious_weight_decay():
 
     plain, cautious = run(), run(cautious_weight_decay=True)
     assert any(not np.allclose(a[k], c[k]) for a, c in zip(plain, cautious) for k in _P)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gradax.sgd(0.1, momentum=0.9),
+        lambda: gradax.adam(0.1),
+        lambda: gradax.adafactor(0.1),
+        lambda: gradax.lamb(0.1),
+        lambda: gradax.contrib.muon(0.1),
+        lambda: gradax.contrib.schedule_free_adamw(0.1),
+        lambda: gradax.contrib.prodigy(1.0),
+        lambda: gradax.contrib.mars(0.1),
+        lambda: gradax.contrib.adam_mini(0.1),
+        lambda: gradax.MultiSteps(gradax.adamw(0.1), 2).gradient_transformation(),
+    ],
+    ids=[
+        "sgd",
+        "adam",
+        "adafactor",
+        "lamb",
+        "muon",
+        "schedule_free_adamw",
+        "prodigy",
+        "mars",
+        "adam_mini",
+        "multisteps",
+    ],
+)
+def test_cautious_never_moves_uphill(make):
+    tx = gradax.cautious(make())
+    state = tx.init(_P)
+    for g in _G:
+        u, state = tx.update(g, state, _P)
+        for k in _P:
+            assert bool(jnp.all(u[k] * g[k] <= 0)), k

@@ -22,14 +22,14 @@ def _die():
 
 def kill_after_step(n):
     make = _run.make_step_fn
+    calls = {"n": 0}  # over every optimizer of a compare
 
-    def make_killing(task, optimizer):
-        step = make(task, optimizer)
-        calls = {"n": 0}
+    def make_killing(*args, **kwargs):
+        step = make(*args, **kwargs)
 
         def step_fn(*args):
             calls["n"] += 1
-            if calls["n"] > n:  # the first step of this process after step n (of the run, when not resumed)
+            if calls["n"] > n:
                 _die()
             return step(*args)
 

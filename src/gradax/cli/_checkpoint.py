@@ -138,9 +138,10 @@ class RunFolder:
             old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
             os.replace(self.path, old)
             os.replace(self.work, self.path)  # a kill between the two renames: --resume finishes from the work folder
-            shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(self.work, self.path)
+        for old in self.path.parent.glob(f".{self.path.name}.old-*"):  # this one, and any left by a kill
+            shutil.rmtree(old, ignore_errors=True)
         return self.path
 
     def abandon(self) -> None:
@@ -205,17 +206,18 @@ class Checkpoints:
                     state=self.ocp.args.StandardRestore(target), meta=self.ocp.args.JsonRestore()
                 ),
             )
-        except Exception as e:  # noqa: BLE001 - any Orbax failure here means the checkpoint does not fit this run
+            out = []
+            for key, template in templates.items():
+                leaves = [
+                    jax.random.wrap_key_data(v, impl=jax.random.key_impl(t)) if _is_key(t) else v
+                    for v, t in zip(got["state"][key], jax.tree.leaves(template), strict=True)
+                ]
+                out.append(jax.tree.unflatten(jax.tree.structure(template), leaves))
+        except Exception as e:  # noqa: BLE001 - any failure here means the checkpoint does not fit this run
             raise OutputError(
-                f"cannot restore checkpoint {step} from {str(self.directory)!r}: {type(e).__name__}: {e}"
+                f"cannot restore checkpoint {step} from {str(self.directory)!r}: {type(e).__name__}: {e}. It was "
+                "written by another optimizer or task, or is damaged"
             ) from None
-        out = []
-        for key, template in templates.items():
-            leaves = [
-                jax.random.wrap_key_data(v, impl=jax.random.key_impl(t)) if _is_key(t) else v
-                for v, t in zip(got["state"][key], jax.tree.leaves(template), strict=True)
-            ]
-            out.append(jax.tree.unflatten(jax.tree.structure(template), leaves))
         return out[0], out[1], dict(got["meta"])
 
     def close(self) -> None:

@@ -126,10 +126,12 @@ def step_compiler_options() -> dict[str, Any] | None:
     return None
 
 
-def make_step_fn(task: Task, optimizer: Any) -> Callable:
+def make_step_fn(task: Task, optimizer: Any, nan_grads_on_nonfinite_loss: bool = False) -> Callable:
     """The jitted training step ``(params, opt_state, xb, yb) -> (params, opt_state, loss, accuracy, finite)``.
 
-    ``finite`` says whether the loss and every gradient entry were finite. Params and state are donated and updated
+    ``finite`` says whether the loss and every gradient entry were finite. With ``nan_grads_on_nonfinite_loss`` a
+    non-finite loss turns the gradients into NaN, so that an ``apply_if_finite`` optimizer skips that step even when
+    the gradients themselves came out finite. Params and state are donated and updated
     in place, compiled with :func:`step_compiler_options`. The batch's loss, gradient and loss function go to every
     transformation that takes them (line searches and L-BFGS: ``value``, ``grad``, ``value_fn``;
     ``reduce_on_plateau``, ``polyak_sgd``: ``value``); the others ignore them. A ``gradax.fused`` optimizer takes its
@@ -142,6 +144,8 @@ def make_step_fn(task: Task, optimizer: Any) -> Callable:
     def step_fn(params, opt_state, xb, yb):
         (loss, acc), grads = jax.value_and_grad(task.loss_and_acc, has_aux=True)(params, xb, yb)
         finite = jnp.isfinite(loss)
+        if nan_grads_on_nonfinite_loss:
+            grads = jax.tree.map(lambda g: jnp.where(finite, g, jnp.nan).astype(g.dtype), grads)
         for g in jax.tree.leaves(grads):
             finite = finite & jnp.all(jnp.isfinite(g))
 
@@ -209,7 +213,8 @@ def train(
     position and metrics are restored, ``metrics_file`` is rewritten to the restored records, and the continued run
     is bit-identical to one that was never interrupted. ``on_nonfinite="stop"`` ends the run at the first step whose
     loss or gradient is not finite (``status == "nonfinite"``); ``"skip"`` wraps the optimizer in
-    :func:`gradax.apply_if_finite` so such steps leave parameters and state unchanged (records get ``"skipped"``).
+    :func:`gradax.apply_if_finite` so such steps (a non-finite loss counts as a non-finite gradient) leave parameters
+    and state unchanged (records get ``"skipped"``).
     """
     if on_nonfinite == "skip":
         optimizer = gradax.apply_if_finite(optimizer, max_consecutive_errors=SKIP_PATIENCE)
@@ -222,6 +227,7 @@ def train(
     if checkpoints is not None and checkpoints.latest_step() is not None:
         params, opt_state, meta = checkpoints.restore(params, opt_state)
         done, wall_before, hist.records = meta["step"], meta["wall_time"], meta["records"]
+        hist.steps_per_second = meta["steps_per_second"]
         sampler.restore(meta["data"])
         if meta["status"] == "nonfinite":  # stopped there before: the same numbers would stop it again
             hist.status, hist.stop_step = "nonfinite", done
@@ -230,14 +236,21 @@ def train(
 
     def save(step, status):
         if checkpoints is not None:
-            meta = {"step": step, "wall_time": wall_before + time.perf_counter() - t0, "records": hist.records}
+            now, ran = time.perf_counter(), step - done
+            speed = (ran - 1) / (now - t1) if ran > 1 and now > t1 else hist.steps_per_second
+            meta = {
+                "step": step,
+                "wall_time": wall_before + now - t0,
+                "steps_per_second": speed,
+                "records": hist.records,
+            }
             checkpoints.save(step, params, opt_state, {**meta, "data": sampler.position(), "status": status})
 
     t0 = t1 = time.perf_counter()
     if done >= steps or hist.status == "nonfinite":
         hist.wall_time = wall_before
         return hist
-    step_fn = make_step_fn(task, optimizer)
+    step_fn = make_step_fn(task, optimizer, nan_grads_on_nonfinite_loss=on_nonfinite == "skip")
     eval_fn = jax.jit(task.loss_and_acc)
     x_test, y_test = (jnp.asarray(a) for a in task.test_data)
     bar = Progress(steps, label, first=done) if progress else None
@@ -288,7 +301,10 @@ def train(
     hist.wall_time = wall_before + now - t0
     ran = len(hist.records) - done
     rest = now - t1
-    hist.steps_per_second = (ran - 1) / rest if ran > 1 and rest > 0 else ran / max(now - t0, 1e-9)
+    if ran > 1 and rest > 0:
+        hist.steps_per_second = (ran - 1) / rest
+    elif ran:
+        hist.steps_per_second = ran / max(now - t0, 1e-9)
     return hist
 
 

@@ -14,6 +14,7 @@ import ast
 import difflib
 import inspect
 import types
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +133,10 @@ class _Builder:
             for k, v in zip(node.keys, node.values):
                 if k is None:
                     raise self.fail("dict unpacking (**) is not allowed", v)
-                out[self.build(k).value] = self.build(v).value
+                key = self.build(k).value
+                if isinstance(key, (list, dict)) or (isinstance(key, tuple) and not _hashable(key)):
+                    raise self.fail(f"a dict key must be a number, string, bool, None or tuple; got {key!r}", k)
+                out[key] = self.build(v).value
             return Built(out)
         if isinstance(node, (ast.Name, ast.Attribute)):
             name, fn = self.lookup(node)
@@ -204,14 +208,28 @@ class _Builder:
     def try_inject(fn, args, kwargs):
         """Build ``inject_hyperparams(fn)(...)`` so the learning rate can be read from the state; None if unsupported."""
         try:
+            import jax
             import jax.numpy as jnp
 
             opt = gradax.inject_hyperparams(fn)(*args, **kwargs)
-            state = opt.init({"w": jnp.zeros((2,), jnp.float32)})
+            # abstract: no memory for a state whose size an argument sets (lbfgs(memory_size=10**9))
+            state = jax.eval_shape(opt.init, {"w": jnp.zeros((2,), jnp.float32)})
             gradax.tree.get(state, "learning_rate")
             return opt
         except Exception:  # noqa: BLE001 - fall back to the plain optimizer
             return None
+
+
+#: Longer expressions are refused before parsing (a million-digit literal costs no time or memory).
+MAX_LENGTH = 10_000
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def parse(expr: str, *, wrap_lr: bool = False) -> Built:
@@ -220,15 +238,27 @@ def parse(expr: str, *, wrap_lr: bool = False) -> Built:
     if not isinstance(expr, str) or not expr.strip():
         raise ExpressionError("empty expression", str(expr or ""))
     src = expr.strip()
+    if len(src) > MAX_LENGTH:
+        raise ExpressionError(
+            f"expression must be at most {MAX_LENGTH} characters; got {len(src)}. Write a shorter expression",
+            src[:60] + "...",
+        )
     try:
-        tree = ast.parse(src, mode="eval")
+        with warnings.catch_warnings():  # no "invalid escape sequence" warnings in the CLI's output
+            warnings.simplefilter("ignore")
+            tree = ast.parse(src, mode="eval")
+    except (MemoryError, RecursionError):  # Python's parser gives up on very deep nesting
+        raise ExpressionError("expression is nested too deeply", src) from None
     except SyntaxError as e:
         node = ast.Constant(value=None)
         node.lineno = node.end_lineno = 1
         node.col_offset = max(0, (e.offset or 1) - 1)
         node.end_col_offset = node.col_offset + 1
         raise ExpressionError(f"syntax error: {e.msg}", src, node) from None
-    return _Builder(src, wrap_lr).build(tree.body)
+    try:
+        return _Builder(src, wrap_lr).build(tree.body)
+    except RecursionError:
+        raise ExpressionError("expression is nested too deeply", src) from None
 
 
 def parse_optimizer(expr: str) -> Built:

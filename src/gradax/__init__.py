@@ -242,6 +242,7 @@ from . import microbatching as microbatching
 from . import perturbations as perturbations
 from . import projections as projections
 from . import second_order as second_order
+from . import sharding as sharding
 from . import schedules as schedules
 from . import tree as tree
 from . import tree_utils as tree_utils

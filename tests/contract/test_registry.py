@@ -29,6 +29,7 @@ MODULES = [
     "microbatching",
     "experimental.aggregating",
     "fused",
+    "sharding",
 ]
 
 

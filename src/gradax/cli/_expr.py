@@ -193,15 +193,15 @@ class _Builder:
             except TypeError as e:
                 raise self.fail(f"{name}(): {e}", node) from None
             arguments = dict(bound.arguments)
-        if self.wrap_lr and check_sig and sig is not None and "learning_rate" in sig.parameters:
-            value = self.try_inject(fn, args, kwargs)
-            if value is not None:
-                return Built(value, fn=fn, name=name, arguments=arguments)
-        try:
+        try:  # built plainly first: its argument checks run on the concrete values
             value = fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - any construction error is reported against the call
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise self.fail(f"{name}(...) failed: {msg}", node) from None
+        if self.wrap_lr and check_sig and sig is not None and "learning_rate" in sig.parameters:
+            injected = self.try_inject(fn, args, kwargs)
+            if injected is not None:
+                value = injected
         return Built(value, fn=fn, name=name, arguments=arguments)
 
     @staticmethod

@@ -10,10 +10,17 @@ keep no Python state and make no host syncs. ``update`` never changes the state'
 and returns updates with the structure and dtypes of the incoming ones. A transformation whose ``update`` accepts
 extra keyword arguments (a loss value, a loss function, ...) is a :class:`GradientTransformationExtraArgs`; every
 transformation of this library ignores extra keyword arguments it does not use.
+
+Python numbers as leaves: every :class:`GradientTransformation` (the library's and the user's own) accepts params
+and updates whose leaves include Python ``int``/``float``/``complex`` values, as Optax does. Its ``init`` and
+``update`` see them as JAX arrays (:func:`scalars_as_arrays`: Python ints of the updates become floats, so that
+their updates are floats as in Optax), so per-leaf code can rely on ``.dtype`` and ``.astype``. Trees without
+Python numbers are passed through untouched.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
@@ -67,7 +74,61 @@ class TransformUpdateExtraArgsFn(Protocol):
     ) -> tuple[Updates, OptState]: ...
 
 
-class GradientTransformation(NamedTuple):
+_PYTHON_NUMBERS = (int, float, complex)  # exact types: bool and NumPy scalars are not Python numbers here
+
+
+def scalars_as_arrays(tree: Any, ints_as_floats: bool = False) -> Any:
+    """``tree`` with its Python ``int``/``float``/``complex`` leaves as JAX arrays (``tree`` itself when it has none).
+
+    With ``ints_as_floats``, Python ints become float arrays (for gradients: Optax returns float updates for them).
+
+    Example:
+      >>> import gradax
+      >>> gradax._base.scalars_as_arrays({"a": 1.5, "b": 2}, ints_as_floats=True)["b"]
+      Array(2., dtype=float32, weak_type=True)
+    """
+    if not any(type(x) in _PYTHON_NUMBERS for x in jax.tree.leaves(tree)):
+        return tree
+
+    def leaf(x):
+        if type(x) is int and ints_as_floats:
+            return jnp.asarray(float(x))
+        return jnp.asarray(x) if type(x) in _PYTHON_NUMBERS else x
+
+    return jax.tree.map(leaf, tree)
+
+
+def _numbers_ok_init(init: Callable) -> Callable:
+    if getattr(init, "__gradax_numbers_ok__", False):
+        return init
+
+    @functools.wraps(init)
+    def wrapped(params):
+        return init(scalars_as_arrays(params))
+
+    wrapped.__gradax_numbers_ok__ = True
+    return wrapped
+
+
+def _numbers_ok_update(update: Callable) -> Callable:
+    if getattr(update, "__gradax_numbers_ok__", False):
+        return update
+
+    @functools.wraps(update)
+    def wrapped(updates, state, params=None, *args, **extra_args):
+        updates = scalars_as_arrays(updates, ints_as_floats=True)
+        return update(updates, state, scalars_as_arrays(params), *args, **extra_args)
+
+    wrapped.__gradax_numbers_ok__ = True
+    return wrapped
+
+
+class _InitUpdate(NamedTuple):
+    init: TransformInitFn
+    update: TransformUpdateFn
+
+
+class GradientTransformation(_InitUpdate):
     """A pair of pure functions ``(init, update)`` that transform gradients into updates.
 
     Attributes:
@@ -83,8 +144,11 @@ class GradientTransformation(NamedTuple):
       Array([-0.1, -0.1], dtype=float32)
     """
 
-    init: TransformInitFn
-    update: TransformUpdateFn
+    __slots__ = ()
+
+    def __new__(cls, init: TransformInitFn, update: TransformUpdateFn):
+        # the one place Python numbers as leaves are made arrays (see the module docstring)
+        return super().__new__(cls, _numbers_ok_init(init), _numbers_ok_update(update))
 
 
 class GradientTransformationExtraArgs(GradientTransformation):

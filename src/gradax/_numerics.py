@@ -2,10 +2,12 @@
 
 Dtype rules (one place):
   * ``compute_dtype(dtype)``: arithmetic on a leaf happens in at least float32 (bfloat16 and float16 leaves are
-    computed in float32 and cast back); float64 and complex leaves keep their precision.
+    computed in float32 and cast back); float64 and complex leaves keep their precision; integer and boolean leaves
+    (a Python int among the params) are computed in float32 (float64 under x64).
   * ``state_dtype(dtype, requested)``: a moment or accumulator kept in the state takes ``requested`` when given;
-    otherwise float32 for bfloat16/float16 leaves (their moments would lose the signal) and the leaf's dtype for
-    the rest.
+    otherwise float32 for bfloat16/float16 leaves (their moments would lose the signal), float32 (float64 under
+    x64) for integer leaves (an integer moment would truncate to zero; Optax keeps it int32), and the leaf's dtype
+    for the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def compute_dtype(dtype) -> jnp.dtype:
     dtype = jnp.dtype(dtype)
     if dtype in _LOW_PRECISION:
         return jnp.dtype(jnp.float32)
+    if not jnp.issubdtype(dtype, jnp.inexact):  # int/bool leaves (Python ints in params): float arithmetic
+        return jnp.dtype(jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
     return dtype
 
 

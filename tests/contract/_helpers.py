@@ -39,6 +39,15 @@ def awkward_tree(dtype=jnp.float32, seed=0):
     }
 
 
+def python_scalar_tree(seed=0, ints=True):
+    """Params (or gradients, ``seed > 0``) whose leaves include Python numbers: a float, and an int unless ``ints``
+    is False (Flax's ``Cursor`` and Equinox's examples hand such trees to Optax)."""
+    out = {"w": jnp.asarray(np.random.default_rng(seed).normal(size=(3, 4)) + 0.5, jnp.float32), "f": 0.5 + 0.25 * seed}
+    if ints:
+        out["i"] = 2 + seed
+    return out
+
+
 def simple_tree(dtype=jnp.float32, seed=0, with_none=False):
     rng = np.random.default_rng(seed)
 

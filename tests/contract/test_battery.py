@@ -32,6 +32,7 @@ from ._helpers import (
     assert_trees_close,
     assert_trees_equal,
     awkward_tree,
+    python_scalar_tree,
     sds,
     signature,
     simple_tree,
@@ -162,6 +163,42 @@ def test_contract(entry):
     if "abstract_init" not in entry.skip:
         abstract = tx.init(sds(params))
         assert_same_signature(abstract, state0, "abstract init vs concrete init")
+
+
+# entries that differentiate an objective with respect to the params (the Hessian probes, the line searches' value
+# and gradient at trial points): JAX (and so Optax) cannot for int leaves, so these get Python floats only
+_GRAD_OF_PARAMS = {
+    "contrib.hutchinson_estimator_diag_hessian",
+    "contrib.sophia",
+    "lbfgs",
+    "scale_by_backtracking_linesearch",
+    "scale_by_zoom_linesearch",
+}
+
+
+@_params
+def test_python_scalar_leaves(entry):
+    """Params and gradients with Python float and int leaves (Optax accepts them): init, update and apply_updates
+    trace (no compile), the updates keep the gradients' structure, the state and params keep theirs."""
+    _skip(entry, "contract")
+    ints = entry.name not in _GRAD_OF_PARAMS
+    params, grads = python_scalar_tree(0, ints), python_scalar_tree(1, ints)
+    tx = entry.build(gradax)
+
+    def run():
+        state = tx.init(params)
+        extra = dict(entry.extra_args(_arrays(params), _arrays(grads), gradax)) if entry.extra_args else {}
+        u, new_state = tx.update(grads, state, params if entry.needs_params else None, **extra)
+        return state, u, new_state, gradax.apply_updates(params, u)
+
+    state, u, new_state, new_params = jax.eval_shape(run)
+    assert jax.tree.structure(u) == jax.tree.structure(grads), "updates lost the gradients' structure"
+    assert jax.tree.structure(new_params) == jax.tree.structure(params), "apply_updates changed the structure"
+    assert jax.tree.structure(new_state) == jax.tree.structure(state), "update changed the state's structure"
+
+
+def _arrays(tree):
+    return jax.tree.map(jnp.asarray, tree)
 
 
 def _trace_and_lower(fn, *args):

@@ -24,6 +24,7 @@ def _scalar_dtype(params) -> jnp.dtype:
     if not leaves:
         return as_value(0.0).dtype
     dtypes = [state_dtype(leaf_dtype(p)) for p in leaves]
+    dtypes = [d for d in dtypes if jnp.issubdtype(d, jnp.inexact)] or [as_value(0.0).dtype]  # int leaves: no say
     return min(dtypes, key=lambda d: jnp.finfo(d).bits)
 
 

@@ -1,0 +1,94 @@
+"""Run by tests/sharding/test_mesh.py in a subprocess with 8 host CPU devices: AdamW with ZeRO-1 and FSDP state,
+Muon with FSDP-sharded matrices. Prints one JSON line of measurements."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import gradax
+from gradax.sharding import bytes_per_device, collective_bytes, state_shardings
+
+
+def _params():
+    rng = np.random.default_rng(0)
+    shapes = {"emb": (64, 16), "w1": (16, 32), "b1": (32,), "w2": (32, 16)}
+    return {k: jnp.asarray(rng.normal(size=s), jnp.float32) for k, s in shapes.items()}
+
+
+def _grads(params, steps):
+    return [jax.tree.map(lambda x, k=k: jnp.sin(x * (1.0 + k)) * 0.1, params) for k in range(steps)]
+
+
+def run(opt, params, param_shardings, zero_axis, steps=3):
+    """Sharded and unsharded runs of ``steps`` steps; what the sharded one holds, keeps and communicates."""
+
+    def step(p, s, g):
+        u, s = opt.update(g, s, p)
+        return gradax.apply_updates(p, u), s
+
+    shardings = state_shardings(opt, params, param_shardings, zero_axis=zero_axis)
+    init = jax.jit(opt.init, out_shardings=shardings)
+    jstep = jax.jit(step, out_shardings=(param_shardings, shardings))
+    p = jax.device_put(params, param_shardings)
+    state = init(p)
+    kept = True
+    grads = _grads(params, steps)
+    comm = collective_bytes(jstep, p, state, jax.device_put(grads[0], param_shardings))
+    for g in grads:
+        p, state = jstep(p, state, jax.device_put(g, param_shardings))
+        kept &= all(
+            x.sharding.is_equivalent_to(s, x.ndim) for x, s in zip(jax.tree.leaves(state), jax.tree.leaves(shardings))
+        )
+    ref_p, ref_s = params, opt.init(params)
+    ref_step = jax.jit(step)
+    for g in grads:
+        ref_p, ref_s = ref_step(ref_p, ref_s, g)
+    got, want = jax.tree.leaves((p, state)), jax.tree.leaves((ref_p, ref_s))
+    diff = max(
+        float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0))
+        for a, b in zip(got, want)
+    )
+    scale = max(float(np.max(np.abs(np.asarray(b, np.float64)), initial=0)) for b in want)
+    replicated = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(ref_s))
+    scalars = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(ref_s) if x.ndim == 0)
+    return {
+        "identical": all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(got, want)),
+        "max_abs_diff": diff,
+        "max_abs": scale,
+        "kept": bool(kept),
+        "state_bytes_per_device": bytes_per_device(state),
+        "state_bytes_replicated": replicated,
+        "scalar_bytes": scalars,
+        "param_bytes": sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)),
+        "collectives": comm,
+    }
+
+
+def main():
+    devices = np.array(jax.devices()[:8])
+    assert devices.size == 8
+    params = _params()
+    data = jax.sharding.Mesh(devices, ("data",))
+    grid = jax.sharding.Mesh(devices.reshape(2, 4), ("data", "model"))
+    replicated = jax.tree.map(lambda _: NamedSharding(data, P()), params)
+    fsdp = {k: NamedSharding(grid, P("model")) for k in params}
+    adamw = gradax.adamw(1e-2, weight_decay=1e-2)
+    muon = gradax.contrib.muon(1e-2)
+    report = {
+        "adamw_zero1": run(adamw, params, replicated, "data"),
+        "adamw_fsdp": run(adamw, params, fsdp, None),
+        "adamw_fsdp_zero1": run(adamw, params, fsdp, "data"),
+        "muon_fsdp": run(muon, params, fsdp, None),
+        "muon_fsdp_zero1": run(muon, params, fsdp, "data"),
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -70,6 +70,33 @@ def run(opt, params, param_shardings, zero_axis, steps=3):
     }
 
 
+def nnx_recipe(mesh):
+    """The README's Flax NNX recipe: nnx.Optimizer's state placed with ZeRO-1, kept through nnx.jit steps."""
+    from flax import nnx
+
+    model = nnx.Linear(16, 8, rngs=nnx.Rngs(0))
+    tx = gradax.adamw(1e-3)
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    params = nnx.state(model, nnx.Param)
+    shardings = state_shardings(tx, params, NamedSharding(mesh, P()), zero_axis="data")
+    opt_state = nnx.state(optimizer.opt_state)  # the same leaves in the same order as gradax's state
+    placed = jax.tree.unflatten(jax.tree.structure(opt_state), jax.tree.leaves(shardings))
+    nnx.update(optimizer.opt_state, jax.device_put(opt_state, placed))
+
+    @nnx.jit
+    def train_step(model, optimizer, x, y):
+        grads = nnx.grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+        optimizer.update(model, grads)
+
+    for _ in range(2):
+        train_step(model, optimizer, jnp.ones((4, 16)), jnp.zeros((4, 8)))
+    state = nnx.state(optimizer.opt_state)
+    return {
+        "bytes_per_device": bytes_per_device(state),
+        "bytes_replicated": sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)),
+    }
+
+
 def main():
     devices = np.array(jax.devices()[:8])
     assert devices.size == 8
@@ -86,6 +113,7 @@ def main():
         "adamw_fsdp_zero1": run(adamw, params, fsdp, "data"),
         "muon_fsdp": run(muon, params, fsdp, None),
         "muon_fsdp_zero1": run(muon, params, fsdp, "data"),
+        "nnx": nnx_recipe(data),
     }
     print(json.dumps(report))
 

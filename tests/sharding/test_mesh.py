@@ -45,3 +45,8 @@ def test_muon_with_fsdp_matrices(report, case):
     assert r["max_abs_diff"] <= 1e-6 * r["max_abs"] + 1e-7, r["max_abs_diff"]
     # GSPMD gathers the matrices for the orthogonalization (each device of the axis computes it): what it costs
     assert 0 < r["collectives"]["total"] <= 3 * r["param_bytes"], r["collectives"]
+
+
+def test_flax_nnx_recipe_keeps_zero1_state(report):
+    # kernel 16 x 8 and bias 8, two float32 moments, split 8 ways; the int32 count replicated
+    assert report["nnx"] == {"bytes_per_device": (16 * 8 + 8) * 2 * 4 // 8 + 4, "bytes_replicated": 1092}

@@ -141,7 +141,8 @@ def scale_by_backtracking_linesearch(
       max_backtracking_steps: the largest number of step reductions (int >= 0).
       slope_rtol: :math:`c \in [0, 1)`, the fraction of the predicted decrease required.
       decrease_factor: :math:`\kappa_- \in (0, 1)`.
-      increase_factor: :math:`\kappa_+ \ge 1`, applied to the previous accepted step to start the next search.
+      increase_factor: :math:`\kappa_+ > 0` (usually :math:`\ge 1`), applied to the previous accepted step to start
+        the next search; ``inf`` starts every search at ``max_learning_rate``.
       max_learning_rate: :math:`\eta_{\max} > 0`.
       atol: absolute tolerance on the decrease (>= 0).
       rtol: relative tolerance on the decrease (>= 0).
@@ -170,7 +171,7 @@ def scale_by_backtracking_linesearch(
     check_int(api, "max_backtracking_steps", max_backtracking_steps, low=0)
     check_interval(api, "slope_rtol", slope_rtol, 0.0, 1.0, high_closed=False)
     check_interval(api, "decrease_factor", decrease_factor, 0.0, 1.0, low_closed=False, high_closed=False)
-    check_interval(api, "increase_factor", increase_factor, 1.0)
+    check_positive(api, "increase_factor", increase_factor)  # < 1 shrinks the next start, inf starts at the max
     check_positive(api, "max_learning_rate", max_learning_rate)
     check_non_negative(api, "atol", atol)
     check_non_negative(api, "rtol", rtol)
@@ -343,9 +344,11 @@ def scale_by_zoom_linesearch(
       max_linesearch_steps: the largest number of objective evaluations per search (int >= 1).
       max_learning_rate: the largest step size (> 0), or None for no bound.
       tol: tolerance on both tests (>= 0).
-      increase_factor: growth of the trial step while bracketing (> 1).
+      increase_factor: growth of the trial step while bracketing (> 0, usually > 1; a factor <= 1 never grows the
+        step, and the search ends after ``max_linesearch_steps``).
       slope_rtol: :math:`c_1 \in [0, 1)`.
-      curv_rtol: :math:`c_2 \in [0, 1]`, with :math:`c_1 < c_2` for a solution to exist.
+      curv_rtol: :math:`c_2 \ge 0`, with :math:`c_1 < c_2` for a solution to exist; :math:`c_2 \ge 1` weakens the
+        curvature condition and ``inf`` switches it off (only sufficient decrease is asked).
       approx_dec_rtol: :math:`\epsilon \ge 0` of the approximate decrease test, or None to use only Armijo's.
       stepsize_precision: a bracket shorter than this ends the search (> 0) once a safe step is known.
       initial_guess_strategy: ``"keep"`` starts from the previous accepted step, ``"one"`` from 1.
@@ -374,9 +377,9 @@ def scale_by_zoom_linesearch(
     if max_learning_rate is not None:
         check_positive(api, "max_learning_rate", max_learning_rate)
     check_non_negative(api, "tol", tol)
-    check_interval(api, "increase_factor", increase_factor, 1.0, low_closed=False)
+    check_positive(api, "increase_factor", increase_factor)  # <= 1 never grows: the bracketing stops at the cap
     check_interval(api, "slope_rtol", slope_rtol, 0.0, 1.0, high_closed=False)
-    check_interval(api, "curv_rtol", curv_rtol, 0.0, 1.0)
+    check_non_negative(api, "curv_rtol", curv_rtol)  # inf switches the curvature condition off (Optimistix)
     if approx_dec_rtol is not None:
         check_non_negative(api, "approx_dec_rtol", approx_dec_rtol)
     check_positive(api, "stepsize_precision", stepsize_precision)

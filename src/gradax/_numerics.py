@@ -16,7 +16,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 _LOW_PRECISION = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
@@ -129,6 +128,10 @@ def at_first_step(first: jax.Array, params: Any, stored: Any) -> Any:
     return jax.lax.cond(first, lambda: jax.tree.map(lambda p, s: p.astype(s.dtype), params, stored), lambda: stored)
 
 
+class CountDtypeError(TypeError, ValueError):
+    """A counter of a dtype that cannot count (bool, complex): a ``TypeError``, and a ``ValueError`` as Optax raises."""
+
+
 def safe_increment(count: ArrayLike) -> jax.Array:
     """``count + 1``, saturating at the largest value of ``count``'s dtype (integer or floating).
 
@@ -140,11 +143,11 @@ def safe_increment(count: ArrayLike) -> jax.Array:
     count = jnp.asarray(count)
     dtype = count.dtype
     if jnp.issubdtype(dtype, jnp.integer):
-        top = np.iinfo(dtype).max
+        top = jnp.iinfo(dtype).max
     elif jnp.issubdtype(dtype, jnp.floating):
-        top = np.finfo(dtype).max
+        top = jnp.finfo(dtype).max  # jnp.finfo knows bfloat16 and the float8 types
     else:
-        raise TypeError(f"safe_increment(count=...) must be an integer or floating array; got dtype {dtype}.")
+        raise CountDtypeError(f"safe_increment(count=...) must be an integer or floating array; got dtype {dtype}.")
     top = jnp.asarray(top, dtype)
     return jnp.where(count < top, count + jnp.asarray(1, dtype), top)
 

@@ -100,7 +100,8 @@ def softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1,
       logits: logits, shape ``[..., num_classes]``.
       labels: probabilities (each row sums to 1), same shape as ``logits``.
       axis: the class axis or axes.
-      where: optional boolean mask of the entries to include, broadcastable to ``logits``.
+      where: optional boolean mask of the entries to include, broadcastable to ``logits``, or one boolean per row
+        (the shape of ``logits`` without the class axis).
 
     Returns:
       The loss, with the class axis reduced.
@@ -111,8 +112,19 @@ def softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1,
       Array(0.6931472, dtype=float32)
     """
     logits, labels = same_shape_arrays("softmax_cross_entropy", "logits", logits, "labels", labels)
+    where = _where_per_logit(where, logits.ndim, axis)
     log_probs = jax.nn.log_softmax(logits, axis=axis, where=where)
+    if where is not None:  # masked-out logits give log_probs of -inf: keep them (and their gradient) out
+        log_probs = jnp.where(where, log_probs, 0.0)
     return -jnp.sum(labels * log_probs, axis=axis, where=where)
+
+
+def _where_per_logit(where: ArrayLike | None, ndim: int, axis: Axis) -> jax.Array | None:
+    """``where`` with the class axis (or axes) added when it was given per row (shape ``[batch]``), as Optax allows."""
+    if where is None:
+        return None
+    where = jnp.asarray(where)
+    return jnp.expand_dims(where, axis) if where.ndim != ndim and axis is not None else where
 
 
 def safe_softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
@@ -137,9 +149,26 @@ def safe_softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike) -> jax.Arra
       Array(0., dtype=float32)
     """
     logits, labels = same_shape_arrays("safe_softmax_cross_entropy", "logits", logits, "labels", labels)
+    return -jnp.sum(_label_weighted_log_probs(logits, labels), axis=-1)
+
+
+@jax.custom_jvp
+def _label_weighted_log_probs(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """``labels * log_softmax(logits)`` over the last axis, 0 wherever the label is 0 (even at a ``-inf`` logit)."""
     log_probs = jax.nn.log_softmax(logits, axis=-1)
-    terms = jnp.where(labels == 0, 0.0, labels * jnp.where(labels == 0, 0.0, log_probs))
-    return -jnp.sum(terms, axis=-1)
+    return jnp.where(labels == 0, 0.0, labels * jnp.where(labels == 0, 0.0, log_probs))
+
+
+@_label_weighted_log_probs.defjvp
+def _label_weighted_log_probs_jvp(primals, tangents):
+    """The derivative of ``y * log softmax(x)`` in both arguments: ``y (dx - <softmax(x), dx>) + dy log softmax(x)``
+    (the ``where`` of the value would otherwise zero the derivative in ``y`` where ``y = 0``)."""
+    logits, labels = primals
+    logits_dot, labels_dot = tangents
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    mean_dot = jnp.sum(jax.nn.softmax(logits, axis=-1) * logits_dot, axis=-1, keepdims=True)
+    out = _label_weighted_log_probs(logits, labels)
+    return out, labels * (logits_dot - mean_dot) + labels_dot * log_probs
 
 
 def _move_axes_last(x: jax.Array, axis: Axis) -> tuple[jax.Array, int]:
@@ -194,13 +223,17 @@ def softmax_cross_entropy_with_integer_labels(
             f"{api}(labels=...) must have the shape of `logits` without the class axis {tuple(flat.shape[:-1])}; "
             f"got shape {tuple(labels.shape)}. Pass one integer label per row of logits."
         )
-    if where is not None:
-        where_flat, _ = _move_axes_last(jnp.broadcast_to(jnp.asarray(where), logits.shape), axis)
-    else:
-        where_flat = None
+    if where is None:
+        label_logits = jnp.take_along_axis(flat, labels[..., None], axis=-1)[..., 0]
+        return jax.nn.logsumexp(flat, axis=-1) - label_logits
+    where = _where_per_logit(where, logits.ndim, axis)
+    where_flat, _ = _move_axes_last(jnp.broadcast_to(where, logits.shape), axis)
+    kept = jnp.any(where_flat, axis=-1)
+    # a row with every logit masked out is 0, with a zero gradient (its logits are replaced before the log-sum-exp)
+    flat = jnp.where(kept[..., None], flat, 0.0)
     label_logits = jnp.take_along_axis(flat, labels[..., None], axis=-1)[..., 0]
-    log_normalizers = jax.nn.logsumexp(flat, axis=-1, where=where_flat)
-    return log_normalizers - label_logits
+    log_normalizers = jax.nn.logsumexp(flat, axis=-1, where=where_flat | ~kept[..., None])
+    return jnp.where(kept, log_normalizers - label_logits, 0.0)
 
 
 def _scores_and_one_hot(scores: ArrayLike, labels: ArrayLike) -> tuple[jax.Array, jax.Array]:

@@ -70,4 +70,6 @@ def ranking_softmax_loss(
         return loss
     if where is None:
         return reduce_fn(loss)
-    return reduce_fn(loss, where=jnp.any(where, axis=-1))
+    valid = jnp.any(where, axis=-1)
+    # with every list masked out, reduce the (zero) losses of all lists: 0, as in Optax, not the nan of an empty mean
+    return reduce_fn(loss, where=valid | ~jnp.any(valid))

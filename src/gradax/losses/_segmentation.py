@@ -23,7 +23,8 @@ def _check_probabilities(api: str, arg: str, probs: jax.Array) -> None:
             arg,
             "probabilities that sum to 1 along the class axis when apply_softmax=False",
             f"sums in [{sums.min():.6g}, {sums.max():.6g}]",
-            "Pass logits with apply_softmax=True, or normalize the predictions",
+            "Predictions with apply_softmax=False must be valid probability distributions: pass logits with "
+            "apply_softmax=True, or normalize the predictions",
         )
 
 
@@ -58,6 +59,11 @@ def _dice(
 ):
     predictions = jnp.asarray(predictions)
     targets = jnp.asarray(targets).astype(predictions.dtype)
+    # binary masks: a trailing class axis of size 1 on one side only is added to the other (as Optax does)
+    if targets.ndim == predictions.ndim + 1 and targets.shape == (*predictions.shape, 1):
+        predictions = predictions[..., None]
+    elif predictions.ndim == targets.ndim + 1 and predictions.shape == (*targets.shape, 1):
+        targets = targets[..., None]
     check_same_shape(api, "targets", targets, "predictions", predictions)
     check_one_of(api, "reduction", reduction, ("mean", "sum", "none"))
     if predictions.ndim == 0:
@@ -124,7 +130,8 @@ def dice_loss(
 
     Args:
       predictions: logits (or probabilities with ``apply_softmax=False``), shape ``[batch, *spatial, num_classes]``.
-      targets: one-hot (or soft) targets, same shape.
+      targets: one-hot (or soft) targets, same shape; for one class, a trailing axis of size 1 on only one of the two
+        is added to the other.
       class_weights: optional weights per class, shape ``[num_classes]``.
       smooth: smoothing constant ``s >= 0``.
       alpha: weight of false positives.

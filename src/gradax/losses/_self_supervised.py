@@ -47,7 +47,9 @@ def ntxent(embeddings: ArrayLike, labels: ArrayLike, temperature: ArrayLike = 0.
             f"ntxent(labels=...) must have shape [batch] = {embeddings.shape[:1]}; got shape {labels.shape}. "
             "Pass one label per embedding."
         )
-    norms = jnp.sqrt(jnp.sum(embeddings * embeddings, axis=-1, keepdims=True))
+    # squared norms bounded below by the dtype's epsilon (Optax's cosine similarity): a zero embedding is finite
+    eps = jnp.finfo(embeddings.dtype).eps
+    norms = jnp.sqrt(jnp.maximum(jnp.sum(embeddings * embeddings, axis=-1, keepdims=True), eps))
     unit = embeddings / norms
     sims = (unit @ unit.T) / temperature
     same = labels[:, None] == labels[None, :]

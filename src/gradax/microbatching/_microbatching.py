@@ -290,7 +290,7 @@ def _split_batch_args(api, microbatch_size, argnums, argnames, in_axes, args, kw
             "microbatch_size",
             f"a divisor of the batch size {batch_size}",
             microbatch_size,
-            f"Pick a microbatch_size that divides {batch_size}",
+            f"The batch size must be divisible by microbatch_size; pick a microbatch_size that divides {batch_size}",
         )
     for i, ax in zip(argnums, in_axes):
         args[i] = reshape_batch_axis(args[i], microbatch_size, ax)

@@ -184,7 +184,7 @@ def optimistic_adam(
       Daskalakis et al., 2018, "Training GANs with Optimism".
     """
     warnings.warn(
-        "optimistic_adam is deprecated; use optimistic_adam_v2, which also accepts schedules.",
+        "optimistic_adam is deprecated; use `optimistic_adam_v2` instead, which also accepts schedules.",
         DeprecationWarning,
         stacklevel=2,
     )

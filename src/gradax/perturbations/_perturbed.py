@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._checks import check_int, check_positive
@@ -57,6 +58,30 @@ def _noise_like(key: jax.Array, tree: Any, sampler: Callable[..., jax.Array]) ->
     return treedef.unflatten([sampler(k, jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)])
 
 
+def _values_only(fun: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fun`` with zero derivatives, at every order, that never differentiates ``fun`` itself (its own JVP rule, if
+    it has one, is not called): the perturbed estimate needs only its values."""
+
+    @jax.custom_jvp
+    def values(x):
+        return fun(x)
+
+    @values.defjvp
+    def values_jvp(primals, tangents):
+        del tangents
+        out = values(*primals)  # through ``values`` again, so that higher orders stay zero too
+        return out, jax.tree.map(_zero_tangent, out)
+
+    return values
+
+
+def _zero_tangent(x: Any) -> Any:
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.zeros(x.shape, x.dtype)
+    return np.zeros(x.shape, jax.dtypes.float0)
+
+
 def make_perturbed_fun(
     fun: Callable[[Any], Any],
     num_samples: int = 1000,
@@ -103,6 +128,7 @@ def make_perturbed_fun(
     """
     check_int("make_perturbed_fun", "num_samples", num_samples, low=1)
     check_positive("make_perturbed_fun", "sigma", sigma)
+    fun = _values_only(fun)
 
     def one_sample(key, x, baseline):
         z = _noise_like(key, x, noise.sample)

@@ -271,9 +271,10 @@ def projection_l2_ball(tree: Any, scale: ArrayLike = 1) -> Any:
       >>> gradax.projections.projection_l2_ball(jnp.array([3.0, 4.0]), 2.5)
       Array([1.5, 2. ], dtype=float32)
     """
-    norm = _l2_norm(tree)
-    inside = norm <= scale
-    factor = scale / jnp.where(inside, 1.0, norm)
+    sq_norm = jnp.real(_vdot(tree, tree))
+    inside = sq_norm <= jnp.square(scale)
+    # the square root only outside the ball (sq_norm > 0 there): the gradient at 0 is the identity, not nan
+    factor = scale / jnp.sqrt(jnp.where(inside, 1.0, sq_norm))
     return jax.tree.map(lambda x: jnp.where(inside, x, x * factor), tree)
 
 

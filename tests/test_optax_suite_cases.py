@@ -1,0 +1,70 @@
+"""Texts and error types that Optax users (and Optax 0.2.8's own tests) match on, and safe_increment on every
+counting dtype: cases found by running Optax's test suite against gradax."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradax
+
+
+def test_optimistic_adam_deprecation_names_the_replacement_as_optax_does():
+    with pytest.warns(DeprecationWarning, match=r"optimistic_adam is deprecated; use `optimistic_adam_v2` instead"):
+        gradax.optimistic_adam(1e-2)
+
+
+def test_microbatch_size_error_says_divisible():
+    fn = gradax.microbatching.microbatch(lambda x: jnp.sum(x), argnums=0, microbatch_size=3)
+    with pytest.raises(ValueError, match=r"must be a divisor of the batch size 10; got 3\. .*divisible"):
+        fn(jnp.ones((10, 2)))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int8", "int32", "uint8"])
+def test_safe_increment_counts_and_saturates_in_every_dtype(dtype):
+    dtype = jnp.dtype(dtype)
+    inc = jax.jit(gradax.safe_increment)
+    np.testing.assert_array_equal(inc(jnp.asarray(3, dtype)), jnp.asarray(4, dtype))
+    top = jnp.finfo(dtype).max if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).max
+    out = inc(jnp.asarray(top, dtype))
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out, jnp.asarray(top, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "complex64"])
+@pytest.mark.parametrize("error", [TypeError, ValueError])  # ValueError is what Optax raises
+def test_safe_increment_refuses_bool_and_complex(dtype, error):
+    with pytest.raises(
+        error, match=rf"safe_increment\(count=...\) must be an integer or floating array; got dtype {dtype}"
+    ):
+        gradax.safe_increment(jnp.asarray(1, dtype))
+
+
+def test_projection_l2_ball_gradient_at_zero_is_the_identity():
+    assert float(jax.grad(gradax.projections.projection_l2_ball)(0.0)) == 1.0
+    x = jnp.array([3.0, 4.0])
+    g = jax.grad(lambda v: jnp.sum(gradax.projections.projection_l2_ball(v, 2.5)))(x)
+    np.testing.assert_allclose(g, [0.08, -0.06], rtol=1e-5)  # outside the ball: d/dx of s x / |x|
+
+
+def test_tree_vdot_complex_leaf_agrees_with_jnp_vdot():
+    rng = np.random.RandomState(0)
+    a, b = rng.randn(20) + 1j * rng.randn(20), rng.randn(20)
+    np.testing.assert_allclose(gradax.tree.vdot(a, b), jnp.vdot(a, b), rtol=1e-7)
+    assert float(gradax.tree.vdot({"x": jnp.ones((2, 3))}, {"x": jnp.full((2, 3), 2.0)})) == 12.0
+
+
+def test_perturbed_fun_never_differentiates_fun():
+    @jax.custom_jvp
+    def f(x):
+        return x
+
+    @f.defjvp
+    def _never(primals, tangents):
+        raise AssertionError("make_perturbed_fun differentiated fun")
+
+    fp = gradax.perturbations.make_perturbed_fun(f, 10)
+    assert bool(jnp.isfinite(jax.grad(fp, argnums=1)(jax.random.key(0), jnp.array(0.0))))
+    assert bool(jnp.isfinite(jax.hessian(fp, argnums=1)(jax.random.key(0), jnp.array(0.0))))

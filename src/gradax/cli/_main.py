@@ -19,6 +19,7 @@ import numpy as np
 
 from ._checkpoint import Checkpoints, OutputError, RunFolder, find_run, latest_step_in
 from ._expr import ExpressionError, parse_optimizer, parse_schedule
+from ._leaderboard import LeaderboardError, cmd_compare_multi, cmd_leaderboard
 from ._run import EXIT_INTERRUPTED, EXIT_NONFINITE, History, plot_curves, plot_values, train
 from ._tasks import TASKS, TaskError, get_task
 
@@ -246,6 +247,15 @@ def _ranking_key(row):
 
 
 def cmd_compare(args) -> int:
+    if (args.seeds or 1) != 1 or args.sweep is not None or args.target is not None:
+        if args.resume is None:
+            task = get_task(args.task or "digits")
+            steps = _positive("--steps", args.steps) or task.default_steps
+            batch = _positive("--batch-size", args.batch_size) or task.default_batch_size
+            task.sampler(0, batch)
+            every = _positive("--eval-every", args.eval_every) or max(1, steps // 20)
+            return cmd_compare_multi(args, task, steps, batch, every)
+        return cmd_compare_multi(args, None, 0, 0, 0)  # refuses --resume with a message
     config, resume = _settings(args, "compare")
     task = get_task(config["task"])
     steps, batch, exprs = config["steps"], config["batch_size"], config["optimizers"]
@@ -471,6 +481,29 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _multi_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="runs per optimizer with seeds --seed, --seed+1, ...: mean and spread in the table, bands in the plot",
+    )
+    p.add_argument(
+        "--sweep",
+        default=None,
+        metavar="F1,F2,...",
+        help="learning-rate sweep: multiply each optimizer's learning rate (number or schedule) by each factor; "
+        "every optimizer compiles once for all factors and seeds (vmap); the best factor is ranked",
+    )
+    p.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        metavar="LOSS",
+        help="rank by the first evaluated step where the test loss is at most LOSS (steps-to-target)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradax",
@@ -486,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
               gradax bench --size tiny"""
         ),
     )
-    sub = parser.add_subparsers(dest="command", metavar="{train,compare,schedule,demo,bench}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,compare,leaderboard,schedule,demo,bench}")
     sub.required = True
 
     p = sub.add_parser(
@@ -533,7 +566,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("optimizers", nargs="*", metavar="OPTIMIZER", help="two or more optimizer expressions")
     _common(p)
+    _multi_options(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "leaderboard",
+        help="rank every optimizer on the nanogpt task (steps to AdamW's loss, final loss, time, state bytes)",
+        formatter_class=_Formatter,
+        description="Train nanoGPT's CPU Shakespeare model with AdamW (nanoGPT's settings) and every optimizer "
+        "of gradax's contrib (SOAP, Shampoo, Kron, the Muon family, Scion, MARS, Adam-mini, LaProp, Grams, SPAM, "
+        "APOLLO, CAME, cautious AdamW) plus Lion, Adafactor, schedule-free AdamW, Prodigy and Muon; each at its "
+        "best learning-rate factor of a sweep compiled once per optimizer. Writes leaderboard.md, results.md, "
+        "sweep.md, curves.png, steps_to_target.png and sweep.png. Default: 2,000 steps, 1 seed, factors "
+        "0.5,1,2 (about an hour on a 2-core CPU); --quick: 200 steps, factor 1 (a few minutes).",
+        epilog=textwrap.dedent(
+            """\
+            examples:
+              gradax leaderboard --quick
+              gradax leaderboard                                  # make leaderboard
+              gradax leaderboard --only muon,soap,kron --seeds 3 --sweep 0.5,1,2,4"""
+        ),
+    )
+    p.add_argument("--quick", action="store_true", help="200 steps, one learning rate per optimizer")
+    p.add_argument("--only", default=None, help="comma-separated leaderboard names to run (AdamW always runs)")
+    p.add_argument("--task", default=None, help="nanogpt (default) or nanogpt-tiny, or any task")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 2000, --quick 200)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per optimizer and learning rate (default 1)")
+    p.add_argument("--sweep", default=None, help="learning-rate factors (default 0.5,1,2; --quick 1)")
+    p.add_argument("--eval-every", type=int, default=None, help="validation period (default steps/40)")
+    p.add_argument("--out", default=None, help="run folder (default: runs/leaderboard-<task>-<time>)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=lambda a: cmd_leaderboard(a, get_task))
 
     p = sub.add_parser(
         "schedule",
@@ -625,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ExpressionError as e:
         print(f"gradax: error: {e}", file=sys.stderr)
-    except (CliError, TaskError, OutputError) as e:
+    except (CliError, TaskError, OutputError, LeaderboardError) as e:
         print(f"gradax: error: {e}", file=sys.stderr)
     except KeyboardInterrupt:
         print("gradax: interrupted", file=sys.stderr)

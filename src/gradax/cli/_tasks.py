@@ -267,7 +267,18 @@ def shakespeare_task(
     )
 
 
-TASKS: dict[str, Callable[[], Task]] = {"digits": digits_task, "shakespeare": shakespeare_task}
+def _nanogpt(tiny: bool) -> Task:
+    from . import _nanogpt  # the module imports this one
+
+    return _nanogpt.nanogpt_tiny_task() if tiny else _nanogpt.nanogpt_task()
+
+
+TASKS: dict[str, Callable[[], Task]] = {
+    "digits": digits_task,
+    "shakespeare": shakespeare_task,
+    "nanogpt": lambda: _nanogpt(False),
+    "nanogpt-tiny": lambda: _nanogpt(True),
+}
 ALIASES = {"mlp": "digits", "lm": "shakespeare", "transformer": "shakespeare", "text": "shakespeare"}
 
 

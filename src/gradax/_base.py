@@ -99,7 +99,8 @@ def scalars_as_arrays(tree: Any, ints_as_floats: bool = False) -> Any:
 
 
 def _numbers_ok_init(init: Callable) -> Callable:
-    if getattr(init, "__gradax_numbers_ok__", False):
+    # not callable: a tree library rebuilding the pair with placeholders (eqx.partition's None), kept as given
+    if not callable(init) or getattr(init, "__gradax_numbers_ok__", False):
         return init
 
     @functools.wraps(init)
@@ -111,7 +112,7 @@ def _numbers_ok_init(init: Callable) -> Callable:
 
 
 def _numbers_ok_update(update: Callable) -> Callable:
-    if getattr(update, "__gradax_numbers_ok__", False):
+    if not callable(update) or getattr(update, "__gradax_numbers_ok__", False):
         return update
 
     @functools.wraps(update)

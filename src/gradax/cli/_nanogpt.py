@@ -14,6 +14,7 @@ parameters, batches and schedule with ``torch.optim.AdamW``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -126,13 +127,19 @@ def learning_rate(it: int, cfg: GPTConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.learning_rate - cfg.min_lr) * (1.0 + math.cos(math.pi * frac))
 
 
+def for_steps(cfg: GPTConfig, steps: int) -> GPTConfig:
+    """``cfg`` shortened to ``steps`` iterations: the cosine ends there, warmup at most a twentieth of the run."""
+    if steps == cfg.max_iters:
+        return cfg
+    return dataclasses.replace(cfg, max_iters=steps, warmup_iters=min(cfg.warmup_iters, max(1, steps // 20)))
+
+
 def adamw_expression(cfg: GPTConfig, steps: int | None = None) -> str:
     """nanoGPT's optimizer as a CLI expression (weight decay on matrices and embeddings, not on LayerNorm scales)."""
-    steps = cfg.max_iters if steps is None else steps
-    warmup = min(cfg.warmup_iters, max(1, steps // 20))
+    cfg = for_steps(cfg, cfg.max_iters if steps is None else steps)
     return (
         f"chain(clip_by_global_norm({cfg.grad_clip}), adamw(learning_rate=warmup_cosine_decay_schedule(0.0, "
-        f"{cfg.learning_rate}, {warmup}, {steps}, {cfg.min_lr}), b1={cfg.beta1}, b2={cfg.beta2}, "
+        f"{cfg.learning_rate}, {cfg.warmup_iters}, {cfg.max_iters}, {cfg.min_lr}), b1={cfg.beta1}, b2={cfg.beta2}, "
         f"weight_decay={cfg.weight_decay}, mask=path_mask('ln_', invert=True)))"
     )
 

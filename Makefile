@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 JOBS ?= 2
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench venv clean docs docs-serve docs-check
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,23 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 venv: $(STAMP)
+
+DOCS_STAMP := $(VENV)/.docs-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[cli,test,docs]"
+	@rm -f $(VENV)/.docs-installed-*; touch $(DOCS_STAMP)
+
+# the documentation site (MkDocs Material + mkdocstrings), built into site/ in strict mode
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 JAX_PLATFORMS=cpu $(PY) -m mkdocs build --strict --clean
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 JAX_PLATFORMS=cpu $(PY) -m mkdocs serve
+
+# the built site in headless Debian chromium: pages, images, console errors, search; screenshots in site/_screenshots/
+docs-check: docs
+	$(PY) docs/_scripts/browser_check.py site
 
 demo: $(STAMP)
 	$(PY) -m gradax.cli demo
@@ -31,4 +48,4 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

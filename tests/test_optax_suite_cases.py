@@ -68,3 +68,22 @@ def test_perturbed_fun_never_differentiates_fun():
     fp = gradax.perturbations.make_perturbed_fun(f, 10)
     assert bool(jnp.isfinite(jax.grad(fp, argnums=1)(jax.random.key(0), jnp.array(0.0))))
     assert bool(jnp.isfinite(jax.hessian(fp, argnums=1)(jax.random.key(0), jnp.array(0.0))))
+
+
+@pytest.mark.parametrize("error", [TypeError, ValueError])  # TypeError is what Optax raises for a missing `value`
+def test_missing_update_argument_is_both_type_and_value_error(error):
+    params = jnp.array([1.0, -1.0])
+    polyak = gradax.scale_by_polyak()
+    with pytest.raises(error, match=r"scale_by_polyak: update\(...\) needs `value`"):
+        polyak.update(params, polyak.init(params), params)
+
+
+def test_differentially_private_aggregate_refuses_aggregated_gradients():
+    params = {"a": (jnp.zeros((2, 3)), jnp.zeros([])), "b": jnp.zeros((4,))}
+    tx = gradax.contrib.differentially_private_aggregate(l2_norm_clip=0.1, noise_multiplier=1.1, key=0)
+    state = tx.init(params)
+    with pytest.raises(ValueError, match=r"must be per-example gradients, every leaf with the same leading batch"):
+        tx.update(params, state, params)  # the mean gradient: a scalar leaf, no common batch axis
+    per_example = jax.tree.map(lambda p: jnp.ones((5, *p.shape)), params)
+    updates, _ = tx.update(per_example, state, params)
+    assert jax.tree.structure(updates) == jax.tree.structure(params)

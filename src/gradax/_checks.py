@@ -115,11 +115,16 @@ def check_one_of(api: str, arg: str, value: Any, choices: tuple) -> None:
         raise argument_error(api, arg, f"one of {', '.join(map(repr, choices))}", value)
 
 
+class MissingArgumentError(ValueError, TypeError):
+    """An argument that ``update`` needs is missing: a ``ValueError``, and also the ``TypeError`` Python (and so
+    Optax, whose ``value``/``grad``/``value_fn`` are required keyword-only arguments) raises for it."""
+
+
 def check_needs(api: str, arg: str, value: Any, what: str = "") -> None:
     """Raises when an argument ``update`` needs (``params``, ``value``, ``grad``, ...) is missing (None)."""
     if value is None:
         detail = f" {what}" if what else ""
-        raise ValueError(
+        raise MissingArgumentError(
             f"{api}: update(...) needs `{arg}`{detail}; got None. "
             f"Call update(updates, state, {arg}={arg})"
             if arg != "params"

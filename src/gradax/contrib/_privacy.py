@@ -88,6 +88,13 @@ def differentially_private_aggregate(
             return updates, state
         clip = as_value(l2_norm_clip)
         std = clip * as_value(noise_multiplier)
+        sizes = sorted({jnp.shape(g)[0] if jnp.ndim(g) else None for g in leaves}, key=str)
+        if len(sizes) != 1 or sizes[0] is None:
+            raise ValueError(
+                "differentially_private_aggregate: update(updates=...) must be per-example gradients, every leaf "
+                f"with the same leading batch axis; got leading sizes {sizes} (None: a scalar leaf). Pass the "
+                "gradients of each example stacked along axis 0 (e.g. from jax.vmap(jax.grad(loss))), not their mean."
+            )
         batch = leaves[0].shape[0]
         sq = [jnp.sum(jnp.square(g.astype(compute_dtype(g.dtype))).reshape(batch, -1), axis=1) for g in leaves]
         norms = jnp.sqrt(sum(sq))

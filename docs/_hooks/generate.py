@@ -217,7 +217,7 @@ def _functions():
     }
 
 
-TRAJECTORY_STEPS = 300
+TRAJECTORY_STEPS = 1000
 OPTIMIZERS = {
     "sgd(1e-3, momentum=0.9)": lambda g: g.sgd(1e-3, momentum=0.9),
     "adam(0.05)": lambda g: g.adam(0.05),

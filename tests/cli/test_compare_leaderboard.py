@@ -1,0 +1,168 @@
+"""compare --seeds/--sweep/--target, the nanogpt task and gradax leaderboard, on tiny settings."""
+
+import json
+
+import numpy as np
+import pytest
+
+from gradax.cli import main
+from gradax.cli._expr import ExpressionError
+from gradax.cli._leaderboard import leaderboard_entries
+from gradax.cli._multi import LeaderboardError, parse_factors, run_batched, split_learning_rate
+from gradax.cli._nanogpt import NANOGPT, adamw_expression, learning_rate
+from gradax.cli._tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return get_task("digits")  # an MLP: compiles in well under a second
+
+
+def test_nanogpt_task_is_nanogpts_configuration():
+    assert (NANOGPT.n_layer, NANOGPT.n_head, NANOGPT.n_embd, NANOGPT.block_size) == (4, 4, 128, 64)
+    assert (NANOGPT.batch_size, NANOGPT.max_iters, NANOGPT.warmup_iters) == (12, 2000, 100)
+    import jax
+
+    task = get_task("nanogpt")
+    n = sum(x.size for x in jax.tree.leaves(jax.eval_shape(task.init, jax.random.PRNGKey(0))))
+    assert n == 804_480  # nanoGPT reports 0.80M parameters for this configuration
+    assert task.default_batch_size == 12 and task.default_steps == 2000
+    assert "path_mask('ln_', invert=True)" in task.default_optimizer
+    assert learning_rate(0, NANOGPT) == 0.0 and learning_rate(100, NANOGPT) == pytest.approx(1e-3)
+    assert learning_rate(2000, NANOGPT) == pytest.approx(1e-4)
+
+
+def test_split_learning_rate():
+    rewritten, lr = split_learning_rate("chain(clip_by_global_norm(1.0), adamw(3e-3, weight_decay=0.1))")
+    assert rewritten == "chain(clip_by_global_norm(1.0), adamw(1.0, weight_decay=0.1))" and lr == 3e-3
+    rewritten, lr = split_learning_rate("cautious(sgd(learning_rate=linear_schedule(0.1, 0.0, 10)))")
+    assert "learning_rate=1.0" in rewritten and float(lr(5)) == pytest.approx(0.05)
+    with pytest.raises(ExpressionError, match="exactly one learning_rate in the expression; no call takes one"):
+        split_learning_rate("clip_by_global_norm(1.0)")
+    with pytest.raises(ExpressionError, match="exactly one learning_rate in the expression; 2 calls take one"):
+        split_learning_rate("chain(adam(1e-3), sgd(1e-2))")
+
+
+def test_parse_factors():
+    assert parse_factors("0.5, 1,2") == [0.5, 1.0, 2.0]
+    for bad in ("", "a,b", "1,-2", "1,1", "0"):
+        with pytest.raises(LeaderboardError, match="--sweep must be distinct positive learning-rate factors"):
+            parse_factors(bad)
+
+
+def test_sweep_of_four_values_compiles_the_step_once(digits):
+    res = run_batched(
+        digits,
+        "adamw(warmup_cosine_decay_schedule(0.0, 2e-2, 2, 6), weight_decay=0.1)",
+        seeds=[0, 1],
+        factors=[0.25, 0.5, 1.0, 2.0],
+        steps=6,
+        batch_size=4,
+        eval_every=3,
+        progress=False,
+    )
+    assert res.traces == 1  # one trace, hence one compilation, for 8 runs
+    assert res.train_loss.shape == (8, 6) and res.test_loss.shape == (8, 2)
+    assert res.base_lr == pytest.approx(2e-2)
+    assert len(set(np.round(res.test_loss[:4, -1], 6).tolist())) == 4  # seed 0: each factor its own run
+    assert not np.allclose(res.test_loss[:4], res.test_loss[4:])  # seeds differ
+
+
+def test_sweep_factor_one_matches_the_plain_run(digits):
+    from gradax.cli._expr import parse_optimizer
+    from gradax.cli._run import train
+
+    expr = "adam(learning_rate=linear_schedule(3e-3, 1e-3, 5))"
+    res = run_batched(digits, expr, seeds=[3], factors=[1.0], steps=5, batch_size=4, eval_every=5, progress=False)
+    hist = train(digits, parse_optimizer(expr).value, steps=5, batch_size=4, seed=3, progress=False)
+    plain = [r["loss"] for r in hist.records]
+    np.testing.assert_allclose(res.train_loss[0], plain, rtol=2e-5)
+    np.testing.assert_allclose(res.test_loss[0, -1], hist.final("test_loss"), rtol=2e-5)
+
+
+def test_compare_seeds_sweep_target(tmp_path, capsys):
+    out = tmp_path / "c"
+    rc = main(
+        [
+            "compare",
+            "--task",
+            "digits",
+            "--steps",
+            "4",
+            "--seeds",
+            "2",
+            "--sweep",
+            "1,2",
+            "--target",
+            "2.2",
+            "--eval-every",
+            "2",
+            "--quiet",
+            "--out",
+            str(out),
+            "adam(1e-3)",
+            "sgd(0.5)",
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "ranked by steps to the target test loss" in text and "steps to test loss 2.2" in text
+    for f in ("results.md", "sweep.md", "results.json", "runs.npz", "curves.png", "sweep.png", "steps_to_target.png"):
+        assert (out / f).is_file(), f
+    data = json.loads((out / "results.json").read_text())
+    assert data["target"] == 2.2 and len(data["ranked"]) == 2 and len(data["all"][0]) == 2
+    assert all(r["seeds"] == 2 for r in data["ranked"])
+
+
+def test_compare_multi_refusals(tmp_path, capsys):
+    assert main(["compare", "--seeds", "2", "--task", "digits", "adam(1e-3)"]) == 2
+    assert "compare needs at least two optimizer expressions" in capsys.readouterr().err
+    assert main(["compare", "--sweep", "1,x", "adam(1e-3)", "sgd(0.1)", "--out", str(tmp_path / "a")]) == 2
+    assert "--sweep must be distinct positive" in capsys.readouterr().err
+    assert main(["compare", "--seeds", "2", "--resume", str(tmp_path)]) == 2
+    assert "runs with --seeds, --sweep or --target are not checkpointed" in capsys.readouterr().err
+    assert main(["compare", "--seeds", "-1", "adam(1e-3)", "sgd(0.1)", "--out", str(tmp_path / "b")]) == 2
+    assert "--seeds must be a positive integer; got -1" in capsys.readouterr().err
+    assert main(["compare", "--seeds", "2", "clip(1.0)", "sgd(0.1)", "--out", str(tmp_path / "c")]) == 2
+    assert "exactly one learning_rate" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_leaderboard_entries_build():
+    from gradax.cli._expr import parse_optimizer
+
+    entries = leaderboard_entries(100, 5)
+    names = [n for n, _ in entries]
+    assert names[0] == "adamw" and len(set(names)) == len(names)
+    for need in ("lion", "adafactor", "schedule_free_adamw", "prodigy", "muon", "soap", "shampoo", "kron"):
+        assert need in names
+    assert entries[0][1] == adamw_expression(NANOGPT, 100)
+    for _, expr in entries:
+        split_learning_rate(expr)  # one learning rate each, every expression builds
+        parse_optimizer(expr)
+
+
+def test_leaderboard_quick(tmp_path, capsys):
+    out = tmp_path / "lb"
+    rc = main(
+        [
+            "leaderboard",
+            "--quick",
+            "--task",
+            "nanogpt-tiny",
+            "--steps",
+            "4",
+            "--only",
+            "lion",
+            "--quiet",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "steps to AdamW's final loss" in text and "| adamw |" in text and "| lion |" in text
+    for f in ("leaderboard.md", "results.md", "curves.png", "steps_to_target.png", "sweep.png"):
+        assert (out / f).is_file(), f
+    assert main(["leaderboard", "--only", "nope", "--out", str(tmp_path / "x")]) == 2
+    assert "--only must name leaderboard optimizers" in capsys.readouterr().err

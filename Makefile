@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 JOBS ?= 2
 
-.PHONY: demo test lint bench venv clean docs docs-serve docs-check
+.PHONY: demo test lint bench venv clean docs docs-serve docs-check leaderboard
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ docs-check: docs
 
 demo: $(STAMP)
 	$(PY) -m gradax.cli demo
+
+leaderboard: $(STAMP)
+	$(PY) -m gradax.cli leaderboard --out runs/leaderboard --overwrite
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples

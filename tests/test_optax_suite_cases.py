@@ -87,3 +87,24 @@ def test_differentially_private_aggregate_refuses_aggregated_gradients():
     per_example = jax.tree.map(lambda p: jnp.ones((5, *p.shape)), params)
     updates, _ = tx.update(per_example, state, params)
     assert jax.tree.structure(updates) == jax.tree.structure(params)
+
+
+def test_param_block_rms_of_complex_params_is_real_like_optax():
+    """adafactor on complex params (Optax's alias_test test_optimization15) scales by sqrt(mean |p|^2), not by the
+    complex square root of mean p^2."""
+    import optax  # the oracle (tests only)
+
+    p = jnp.array([2e-3 + 2e-3j, 1e-5j], jnp.complex64)
+    g = jnp.array([0.3 - 0.1j, -2.0 + 0.5j], jnp.complex64)
+    rms = gradax.safe_root_mean_squares(p, 1e-3)
+    assert not jnp.iscomplexobj(rms)
+    np.testing.assert_allclose(rms, np.sqrt(np.mean(np.abs(np.asarray(p)) ** 2)), rtol=1e-6)
+    for make in (lambda lib: lib.scale_by_param_block_rms(), lambda lib: lib.adafactor(5e-3)):
+        outs = []
+        for lib in (gradax, optax):
+            tx = make(lib)
+            state = tx.init(p)
+            for _ in range(3):
+                u, state = tx.update(g, state, p)
+            outs.append(u)
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)

@@ -100,14 +100,15 @@ def safe_norm(
 
 
 def safe_root_mean_squares(x: ArrayLike, min_rms: ArrayLike) -> jax.Array:
-    """``max(sqrt(mean(x**2)), min_rms)`` with a finite gradient where the RMS is below ``min_rms``.
+    """``max(sqrt(mean(|x|**2)), min_rms)`` with a finite gradient where the RMS is below ``min_rms`` (real for
+    complex ``x``).
 
     Example:
       >>> import gradax, jax.numpy as jnp
       >>> gradax.safe_root_mean_squares(jnp.array([3.0, 4.0]), 1e-6)
       Array(3.535534, dtype=float32)
     """
-    mean_sq = jnp.mean(jnp.square(jnp.asarray(x)))
+    mean_sq = jnp.mean(abs_sq(jnp.asarray(x)))
     return _safe_sqrt(mean_sq, min_rms)
 
 
@@ -126,6 +127,10 @@ def at_first_step(first: jax.Array, params: Any, stored: Any) -> Any:
     that ``init`` also works on ``jax.ShapeDtypeStruct`` leaves).
     """
     return jax.lax.cond(first, lambda: jax.tree.map(lambda p, s: p.astype(s.dtype), params, stored), lambda: stored)
+
+
+class CountDtypeError(TypeError, ValueError):
+    """A counter of a dtype that cannot count (bool, complex): a ``TypeError``, and a ``ValueError`` as Optax raises."""
 
 
 class CountDtypeError(TypeError, ValueError):

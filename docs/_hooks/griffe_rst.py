@@ -1,16 +1,28 @@
 """A griffe extension for the API reference: gradax docstrings are Google style with a few reStructuredText roles
-(``.. math::`` blocks, ``:math:``, ``:class:``, ``:func:``); rewrite those into the Markdown the site renders
-(``$$ ... $$`` / ``$ ... $`` for pymdownx.arithmatex, inline code for cross-references)."""
+(``.. math::`` blocks, ``:math:``, ``:class:``, ``:func:``, `` `text <url>`_ ``); rewrite those into the Markdown the
+site renders. Math becomes MathML at build time (latex2mathml), which browsers render without JavaScript or a
+network; a formula latex2mathml cannot convert is shown as its TeX source in code."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import griffe
+from latex2mathml.converter import convert as _to_mathml
 
 _ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|obj|exc|py:\w+):`~?([^`]+)`")
 _MATH_ROLE = re.compile(r":math:`([^`]+)`")
 _LINK = re.compile(r"`([^`<]+?)\s*<(https?://[^>]+)>`__?")
+
+
+def mathml(tex: str, display: str = "inline") -> str:
+    try:
+        out = _to_mathml(tex, display=display).replace("\n", " ")
+        # Python-Markdown treats a paragraph that starts with <math> as a raw HTML block; a span keeps it inline
+        return out if display == "block" else f"<span>{out}</span>"
+    except Exception:  # any formula latex2mathml does not support: show the TeX
+        return f"<code>{html.escape(tex)}</code>"
 
 
 def _math_blocks(text: str) -> str:
@@ -29,7 +41,7 @@ def _math_blocks(text: str) -> str:
                 i += 1
             while body and not body[-1]:
                 body.pop()
-            out += [indent + "$$"] + [indent + b for b in body if b] + [indent + "$$", ""]
+            out += ["", indent + mathml(" ".join(b for b in body if b), "block"), ""]
             continue
         out.append(line)
         i += 1
@@ -91,7 +103,7 @@ def _examples(text: str) -> str:
 def rst_to_markdown(text: str) -> str:
     text = _examples(_shared_args(_math_blocks(text)))
     text = _LINK.sub(lambda m: f"[{m.group(1)}]({m.group(2)})", text)
-    text = _MATH_ROLE.sub(lambda m: "$" + m.group(1) + "$", text)
+    text = _MATH_ROLE.sub(lambda m: mathml(m.group(1)), text)
     return _ROLE.sub(lambda m: "`" + m.group(1) + "`", text)
 
 

@@ -133,10 +133,6 @@ class CountDtypeError(TypeError, ValueError):
     """A counter of a dtype that cannot count (bool, complex): a ``TypeError``, and a ``ValueError`` as Optax raises."""
 
 
-class CountDtypeError(TypeError, ValueError):
-    """A counter of a dtype that cannot count (bool, complex): a ``TypeError``, and a ``ValueError`` as Optax raises."""
-
-
 def safe_increment(count: ArrayLike) -> jax.Array:
     """``count + 1``, saturating at the largest value of ``count``'s dtype (integer or floating).
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 _LOW_PRECISION = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
@@ -56,7 +57,7 @@ def zeros_for(x: Any, dtype=None) -> jax.Array:
     dtype = leaf_dtype(x) if dtype is None else jnp.dtype(dtype)
     if isinstance(x, jax.Array):
         return jnp.zeros_like(x, dtype=dtype)
-    return jnp.zeros(jnp.shape(x), dtype)
+    return jnp.zeros(np.shape(x), dtype)
 
 
 def abs_sq(x: ArrayLike) -> jax.Array:

@@ -283,11 +283,11 @@ class Blockwise8bit:
     def quantizes(self, leaf: Any) -> bool:
         """Whether a parameter leaf (array or ShapeDtypeStruct) gets quantized moments."""
         dtype = jnp.dtype(leaf.dtype)
-        return jnp.issubdtype(dtype, jnp.floating) and math.prod(jnp.shape(leaf)) >= self.min_size
+        return jnp.issubdtype(dtype, jnp.floating) and math.prod(np.shape(leaf)) >= self.min_size
 
     def zeros(self, leaf: Any) -> BlockQuantized:
         """The quantized zero moment of a parameter leaf."""
-        size = math.prod(jnp.shape(leaf))
+        size = math.prod(np.shape(leaf))
         num_blocks = -(-size // self.block_size)
         return BlockQuantized(
             jnp.zeros((num_blocks, self.block_size), jnp.uint8), jnp.zeros((num_blocks,), jnp.float32)

@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
@@ -154,7 +155,7 @@ def scale_by_adam_mini(
 
     def init(params):
         def nu_leaf(p, label):
-            shape = tuple(jnp.shape(p))
+            shape = tuple(np.shape(p))
             block = _block_shape(api, label, shape, n_heads)
             dtype = state_dtype(leaf_dtype(p))
             return zeros_for(p, dtype) if block == shape else jnp.zeros(block, dtype)

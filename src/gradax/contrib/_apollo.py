@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
@@ -130,7 +131,7 @@ def scale_by_apollo(
         keys = jax.random.split(key, max(len(leaves), 1))
         out = []
         for p, k in zip(leaves, keys):
-            shape, dtype = tuple(jnp.shape(p)), state_dtype(leaf_dtype(p))
+            shape, dtype = tuple(np.shape(p)), state_dtype(leaf_dtype(p))
             if _projected(shape, rank):
                 out.append(jax.random.normal(k, _projection_shape(shape, rank), dtype) / math.sqrt(rank))
             else:
@@ -145,7 +146,7 @@ def scale_by_apollo(
         key_now, key_next = jax.random.split(_as_key(api, key))
 
         def moment(p):
-            shape, dtype = tuple(jnp.shape(p)), state_dtype(leaf_dtype(p))
+            shape, dtype = tuple(np.shape(p)), state_dtype(leaf_dtype(p))
             if _projected(shape, rank):
                 m, n = shape
                 return jnp.zeros((m, rank) if m >= n else (rank, n), dtype)

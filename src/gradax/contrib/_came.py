@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
@@ -103,7 +104,7 @@ def scale_by_came(
 
     def init(params):
         def stats(p):
-            shape, dtype = jnp.shape(p), state_dtype(leaf_dtype(p))
+            shape, dtype = np.shape(p), state_dtype(leaf_dtype(p))
             small = jnp.zeros((1,), dtype)
             if not _factored(shape):
                 return small, small, zeros_for(p, dtype), small, small

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, MaskOrFn, ScalarOrSchedule, Updates
@@ -81,7 +82,7 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
             dtype = state_dtype(leaf_dtype(p))
             zeros = lambda: zeros_for(p, dtype)  # noqa: E731 - one buffer per field (donation-safe)
             if isinstance(p, jax.ShapeDtypeStruct):  # not known yet: NaN marks it, the first update fills it in
-                start = jnp.full(jnp.shape(p), jnp.nan if jnp.issubdtype(dtype, jnp.inexact) else 0, dtype)
+                start = jnp.full(np.shape(p), jnp.nan if jnp.issubdtype(dtype, jnp.inexact) else 0, dtype)
             else:
                 start = jnp.array(p, dtype, copy=True)
             return start, zeros(), full_state_like(p, eps), zeros(), zeros()

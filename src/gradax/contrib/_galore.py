@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from .._checks import check_int, check_non_negative
@@ -58,9 +59,9 @@ def _dim_numbers(spec, params):
     if callable(spec) and not isinstance(spec, GaLoreDimensionNumbers):
         spec = spec(params)
     if spec is None:
-        return jax.tree.map(lambda p: GaLoreDimensionNumbers() if jnp.ndim(p) == 2 else None, params)
+        return jax.tree.map(lambda p: GaLoreDimensionNumbers() if np.ndim(p) == 2 else None, params)
     if isinstance(spec, GaLoreDimensionNumbers):
-        return jax.tree.map(lambda p: spec if jnp.ndim(p) >= 2 else None, params)
+        return jax.tree.map(lambda p: spec if np.ndim(p) >= 2 else None, params)
     return jax.tree.map(lambda d, p: d, spec, params, is_leaf=_is_dn)
 
 
@@ -145,7 +146,7 @@ def scale_by_galore(
             if dn is None:
                 plans.append(None)
                 continue
-            perm, m, n = _layout(jnp.shape(p), dn)
+            perm, m, n = _layout(np.shape(p), dn)
             plans.append((perm, m, n, min(rank, m, n), m >= n))
         return leaves, treedef, plans
 

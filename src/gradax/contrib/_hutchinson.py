@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._base import GradientTransformationExtraArgs
 from .._checks import check_needs
@@ -66,7 +67,7 @@ def hutchinson_estimator_diag_hessian(random_seed: jax.Array | int | None = None
         leaves, treedef = jax.tree.flatten(params)
         keys = jax.random.split(probe_key, len(leaves)) if leaves else []
         probes = jax.tree.unflatten(
-            treedef, [jax.random.rademacher(k, jnp.shape(p), dtype=jnp.asarray(p).dtype) for k, p in zip(keys, leaves)]
+            treedef, [jax.random.rademacher(k, np.shape(p), dtype=jnp.asarray(p).dtype) for k, p in zip(keys, leaves)]
         )
         hvp = jax.jvp(jax.grad(obj_fn), (params,), (probes,))[1]
         diag = jax.tree.map(lambda h, v: (h * v).astype(v.dtype), hvp, probes)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.linalg import solve_triangular
 from jax.typing import ArrayLike
 
@@ -256,8 +257,8 @@ def scale_by_kron(
         def factors(p, d):
             qd = state_dtype(p.dtype, precond_dtype)
             if d is None:
-                return (jnp.full((math.prod(jnp.shape(p)),), precond_init_scale, qd),)
-            b, m, n = matrix_shape(jnp.shape(p), d)
+                return (jnp.full((math.prod(np.shape(p)),), precond_init_scale, qd),)
+            b, m, n = matrix_shape(np.shape(p), d)
             s = precond_init_scale**0.5
             out = []
             for size, diag in zip((m, n), _sides_diag(m, n, max_size_triangular, memory_save_mode)):
@@ -270,7 +271,7 @@ def scale_by_kron(
 
         flat, treedef = jax.tree.flatten(params)
         qs = treedef.unflatten([factors(p, d) for p, d in zip(flat, treedef.flatten_up_to(dims_of(params)))])
-        mu = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype, mu_dtype)), params)
+        mu = jax.tree.map(lambda p: jnp.zeros(np.shape(p), state_dtype(p.dtype, mu_dtype)), params)
         return KronState(jnp.zeros([], jnp.int32), _key_data(key), mu, qs)
 
     def update(updates, state, params=None):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from ..transforms._masking import MaskedNode
 
@@ -116,7 +116,7 @@ def resolve_dims(weight_dimension_numbers: Any, tree: Any, api: str = "scale_by_
         else weight_dimension_numbers
     )
     if dims is None:
-        return jax.tree.map(lambda u: default_dims(jnp.ndim(u), api), tree)
+        return jax.tree.map(lambda u: default_dims(np.ndim(u), api), tree)
     if isinstance(dims, MuonDimensionNumbers):
         return jax.tree.map(lambda u: dims, tree)
     return jax.tree.map(lambda d, sub: jax.tree.map(lambda u: d, sub), dims, tree, is_leaf=is_dims)
@@ -127,7 +127,7 @@ def matrix_dims_tree(user_dims: Any, params: Any) -> Any:
     it is None, the default dimension numbers for 2-D leaves and None (not a matrix) for every other leaf."""
     d = user_dims(params) if callable(user_dims) and not isinstance(user_dims, MuonDimensionNumbers) else user_dims
     if d is None:
-        return jax.tree.map(lambda p: MuonDimensionNumbers() if jnp.ndim(p) == 2 else None, params)
+        return jax.tree.map(lambda p: MuonDimensionNumbers() if np.ndim(p) == 2 else None, params)
     return jax.tree.map(lambda dd, sub: jax.tree.map(lambda _: dd, sub), d, params, is_leaf=is_dims)
 
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, Params, ScalarOrSchedule
@@ -134,10 +135,10 @@ def scale_by_normuon(
         dims = resolve_dims(weight_dimension_numbers, params, api)
 
         def nu(p, d):
-            b, _, fan_out = matrix_shape(jnp.shape(p), _leaf_dims(d, p))
+            b, _, fan_out = matrix_shape(np.shape(p), _leaf_dims(d, p))
             return jnp.zeros((b, 1, fan_out), state_dtype(p.dtype, mu_dtype))
 
-        mu = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype, mu_dtype)), params)
+        mu = jax.tree.map(lambda p: jnp.zeros(np.shape(p), state_dtype(p.dtype, mu_dtype)), params)
         flat, treedef = jax.tree.flatten(params)
         nus = treedef.unflatten([nu(p, d) for p, d in zip(flat, treedef.flatten_up_to(dims))])
         return NorMuonState(jnp.zeros([], jnp.int32), mu, nus, _ns_coeffs_array(api, ns_coeffs, ns_steps))
@@ -231,7 +232,7 @@ def scale_by_adamuon(
     check_positive(api, "target_rms", target_rms)
 
     def init(params):
-        zeros = lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype, mu_dtype))  # noqa: E731
+        zeros = lambda p: jnp.zeros(np.shape(p), state_dtype(p.dtype, mu_dtype))  # noqa: E731
         mu, nu = jax.tree.map(zeros, params), jax.tree.map(zeros, params)
         return AdaMuonState(jnp.zeros([], jnp.int32), mu, nu, _ns_coeffs_array(api, ns_coeffs, ns_steps))
 
@@ -463,7 +464,7 @@ def _qk_clip(labels, threshold, alpha, user_dims) -> GradientTransformationExtra
                 return u
             if d is None:
                 fix = f"Label {path_string(path)!r} 'none', or name its axes in muon_weight_dimension_numbers."
-                d = default_dims(jnp.ndim(p), api, fix)
+                d = default_dims(np.ndim(p), api, fix)
             cd = compute_dtype(jnp.result_type(u, p))
             pm, restore = to_matrices(jnp.asarray(p, cd) + u.astype(cd), d)
             heads = jnp.asarray(logits, cd)
@@ -473,7 +474,7 @@ def _qk_clip(labels, threshold, alpha, user_dims) -> GradientTransformationExtra
                 raise ValueError(
                     f"{api}: max_logits for {path_string(path)!r} must hold one logit per head (shape (heads,) or "
                     f"(layers, heads)) with heads dividing the {fan_out} output columns; got shape "
-                    f"{jnp.shape(logits)}. Give the per-head maximum of the attention logits."
+                    f"{np.shape(logits)}. Give the per-head maximum of the attention logits."
                 )
             exponent = {"query": a, "key": 1 - a, "query_rotary": jnp.ones_like(a)}[role]
             gamma = jnp.minimum(1.0, tau / jnp.maximum(heads, tau)) ** exponent

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, ScalarOrSchedule, identity
@@ -88,7 +89,7 @@ def differentially_private_aggregate(
             return updates, state
         clip = as_value(l2_norm_clip)
         std = clip * as_value(noise_multiplier)
-        sizes = sorted({jnp.shape(g)[0] if jnp.ndim(g) else None for g in leaves}, key=str)
+        sizes = sorted({np.shape(g)[0] if np.ndim(g) else None for g in leaves}, key=str)
         if len(sizes) != 1 or sizes[0] is None:
             raise ValueError(
                 "differentially_private_aggregate: update(updates=...) must be per-example gradients, every leaf "

@@ -145,7 +145,7 @@ def scale_by_scion(
         check_one_of(api, "layer_norms", layer_norms, _NORMS)
 
     def init(params):
-        mu = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), state_dtype(p.dtype, mu_dtype)), params)
+        mu = jax.tree.map(lambda p: jnp.zeros(np.shape(p), state_dtype(p.dtype, mu_dtype)), params)
         return ScionState(jnp.zeros([], jnp.int32), mu)
 
     def update(updates, state, params=None):

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.shard_alike import shard_alike
 from jax.typing import ArrayLike
 
@@ -189,7 +190,7 @@ def scale_by_shampoo(
 
     def init(params):
         def leaf(p, dims):
-            bl = blocks_of(jnp.shape(p), dims)
+            bl = blocks_of(np.shape(p), dims)
             sd = state_dtype(leaf_dtype(p))
             eps = as_value(matrix_eps, sd)
             stats = tuple(jnp.zeros((bl.total, b, b), sd) + eps * jnp.eye(b, dtype=sd) for b in bl.block)

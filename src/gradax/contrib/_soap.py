@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.shard_alike import shard_alike
 from jax.typing import ArrayLike
 
@@ -130,7 +131,7 @@ def scale_by_soap(
       >>> float(jnp.abs(u).max())
       0.0
       >>> u, s = tx.update(g, s)  # then Adam in that basis: a first step of sign-like size
-      >>> jnp.shape(u), bool(jnp.all(jnp.isfinite(u)))
+      >>> np.shape(u), bool(jnp.all(jnp.isfinite(u)))
       ((2, 2), True)
 
     References:
@@ -160,7 +161,7 @@ def scale_by_soap(
 
     def init(params):
         def leaf(p, dims):
-            lay, flags = view(jnp.shape(p), dims)
+            lay, flags = view(np.shape(p), dims)
             sd = state_dtype(leaf_dtype(p))
 
             def eye(d):

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, ScalarOrSchedule, with_extra_args_support
@@ -86,7 +87,7 @@ def _scale_by_sophia(
         out, mu, kept = map_n(3, leaf, updates, state.mu, state.nu)
 
         if verbose and clip_threshold is not None:
-            total = sum(jnp.size(x) for x in jax.tree.leaves(out))
+            total = sum(np.size(x) for x in jax.tree.leaves(out))
             win_rate = sum(jax.tree.leaves(kept), jnp.zeros([], jnp.int32)) / max(total, 1)
             every = jnp.maximum(jnp.asarray(print_win_rate_every_n_steps, jnp.int32), 1)
             do_print = jnp.logical_and(jnp.asarray(print_win_rate_every_n_steps) > 0, new_count % every == 0)

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import (
@@ -116,7 +117,7 @@ def get_batch_size_from_per_elt_updates(per_elt_updates: PerElementUpdates, per_
     leaves = jax.tree.leaves(per_elt_updates)
     if not leaves:
         return 0
-    shape = jnp.shape(leaves[0])
+    shape = np.shape(leaves[0])
     return math.prod(shape[a] for a in axes)
 
 

@@ -93,17 +93,17 @@ def adafactor(
     lr_index = 1 + (clipping_threshold is not None)
 
     def dims_of(p) -> tuple[int, int] | None:
-        return factored_dims(tuple(jnp.shape(p)), factored, min_dim_size_to_factor)
+        return factored_dims(tuple(np.shape(p)), factored, min_dim_size_to_factor)
 
     def kernel_leaves(p_leaves, g_leaves, rows, cols) -> list[int]:
         """The float32 matrices with factored statistics of the expected shapes: the kernels take these."""
         picked = []
         for i, (p, g, r, c) in enumerate(zip(p_leaves, g_leaves, rows, cols, strict=True)):
-            dims = dims_of(p) if jnp.ndim(p) == 2 else None
+            dims = dims_of(p) if np.ndim(p) == 2 else None
             if dims is None or getattr(g, "dtype", None) != jnp.float32 or p.dtype != jnp.float32:
                 continue
             d1, d0 = dims
-            if jnp.shape(g) == jnp.shape(p) and r.shape == (p.shape[1 - d0],) and c.shape == (p.shape[1 - d1],):
+            if np.shape(g) == np.shape(p) and r.shape == (p.shape[1 - d0],) and c.shape == (p.shape[1 - d1],):
                 if r.dtype == c.dtype == jnp.float32:
                     picked.append(i)
         return picked

@@ -45,13 +45,13 @@ def _plan(params: list, grads: list, mu: list, nu: list) -> _Plan | None:
     """The kernel of each leaf, or None when some leaf fits neither (the step is then update + apply)."""
     dense, quantized = [], []
     for i, (p, g, m, v) in enumerate(zip(params, grads, mu, nu, strict=True)):
-        same = getattr(p, "dtype", None) == getattr(g, "dtype", None) and jnp.shape(p) == jnp.shape(g)
+        same = getattr(p, "dtype", None) == getattr(g, "dtype", None) and np.shape(p) == np.shape(g)
         if isinstance(m, BlockQuantized) and isinstance(v, BlockQuantized):
             if same and p.dtype == jnp.float32 and m.codes.dtype == jnp.uint8 and m.codes.ndim == 2:
                 quantized.append(i)
                 continue
             return None
-        moments = all(getattr(x, "dtype", None) == jnp.float32 and jnp.shape(x) == jnp.shape(p) for x in (m, v))
+        moments = all(getattr(x, "dtype", None) == jnp.float32 and np.shape(x) == np.shape(p) for x in (m, v))
         if not (same and moments and p.dtype in _DENSE):
             return None
         dense.append(i)

@@ -94,7 +94,7 @@ def with_reference(kernel: Callable, reference: Callable) -> Callable:
     @batchable.def_vmap
     def _rule(axis_size, in_batched, params, state, grads):
         def full(x, batched):
-            return x if batched else jnp.broadcast_to(x, (axis_size, *jnp.shape(x)))
+            return x if batched else jnp.broadcast_to(x, (axis_size, *np.shape(x)))
 
         args = jax.tree.map(full, (params, state, grads), tuple(in_batched))
         out = jax.vmap(reference)(*args)
@@ -164,9 +164,9 @@ def flat_dtype(params: Any, grads: Any, flat_state: list) -> Any:
     dtypes = {getattr(x, "dtype", None) for x in p_leaves + g_leaves}
     if not p_leaves or len(dtypes) != 1:
         return None
-    if not all(jnp.shape(p) == jnp.shape(g) for p, g in zip(p_leaves, g_leaves, strict=True)):
+    if not all(np.shape(p) == np.shape(g) for p, g in zip(p_leaves, g_leaves, strict=True)):
         return None
-    total = sum(int(np.prod(jnp.shape(p))) for p in p_leaves)
+    total = sum(int(np.prod(np.shape(p))) for p in p_leaves)
     if not all(isinstance(x, jax.Array | jax.core.Tracer) and x.shape == (total,) for x in flat_state):
         return None
     return dtypes.pop()

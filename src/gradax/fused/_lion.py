@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .. import _kernels
@@ -39,7 +40,7 @@ def _covered(params: list, grads: list, mu: list) -> bool:
         dtypes = tuple(getattr(x, "dtype", None) for x in (p, g, m))
         if not (dtypes[0] == dtypes[1] and (dtypes[0], dtypes[2]) in _KINDS):
             return False
-        if not jnp.shape(p) == jnp.shape(g) == jnp.shape(m):
+        if not np.shape(p) == np.shape(g) == np.shape(m):
             return False
     return True
 

@@ -125,7 +125,7 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
 
     def init(params):
         def leaf(p):
-            shape, dtype = tuple(jnp.shape(p)), state_dtype(leaf_dtype(p))
+            shape, dtype = tuple(np.shape(p)), state_dtype(leaf_dtype(p))
             dims = factored_dims(shape, factored, min_dim_size_to_factor)
             if dims is None:  # placeholders for the row and column statistics (distinct buffers: donation-safe)
                 return jnp.zeros((1,), dtype), jnp.zeros((1,), dtype), zeros_for(p, dtype)

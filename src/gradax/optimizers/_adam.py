@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
@@ -179,7 +180,7 @@ def scale_by_adam(
             v_scale = jnp.sqrt(beta2 * v.scale * v.scale + one_minus_b2 * g_max * g_max).astype(jnp.float32)
             noise_m, noise_v = dither_pair(g_blocks.shape, 2 * count_inc)  # one hash for both roundings
             return (
-                unblock(u, jnp.shape(gc)),
+                unblock(u, np.shape(gc)),
                 BlockQuantized(encode_signed_blocks(m_new, m_scale, noise_m), m_scale),
                 BlockQuantized(encode_root_blocks(jnp.sqrt(v_new), v_scale, noise_v), v_scale),
             )

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._base import (
     GradientTransformation,
@@ -118,7 +119,7 @@ def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True) -> Gr
         dt = value_dtype(params)
         # one buffer per field (a donated state must not hold one buffer twice)
         zeros = lambda: jax.tree.map(lambda p: zeros_for(p), params)  # noqa: E731
-        stacked = lambda: jax.tree.map(lambda p: jnp.zeros((memory_size, *jnp.shape(p)), p.dtype), params)  # noqa: E731
+        stacked = lambda: jax.tree.map(lambda p: jnp.zeros((memory_size, *np.shape(p)), p.dtype), params)  # noqa: E731
         return ScaleByLBFGSState(
             count=jnp.zeros([], jnp.int32),
             params=zeros(),

@@ -6,6 +6,7 @@ from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
@@ -123,7 +124,7 @@ def scale_by_lion(
             scale = (beta2 * m.scale + one_minus_b2 * g_max).astype(jnp.float32)
             noise = dither(g_blocks.shape, state.count)
             m_new = BlockQuantized(encode_signed_blocks(ema_leaf(gc, m_old, beta2, one_minus_b2), scale, noise), scale)
-            return unblock(u, jnp.shape(g)).astype(g.dtype), m_new
+            return unblock(u, np.shape(g)).astype(g.dtype), m_new
 
         new_updates, mu = map_n(2, leaf if storage is None else quantized_leaf, updates, state.mu)
         return new_updates, ScaleByLionState(count=safe_int32_increment(state.count), mu=mu)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, init_empty_state
@@ -50,7 +51,7 @@ def scale_gradient(inputs, scale: ArrayLike):
       >>> jax.grad(lambda x: gradax.scale_gradient(x, 0.5) ** 2)(3.0)
       Array(3., dtype=float32)
     """
-    if is_concrete(scale) and jnp.ndim(scale) == 0:
+    if is_concrete(scale) and np.ndim(scale) == 0:
         if float(scale) == 1.0:
             return inputs
         if float(scale) == 0.0:
@@ -110,7 +111,7 @@ def centralize() -> GradientTransformation:
     """
 
     def leaf(g):
-        if jnp.ndim(g) < 2:
+        if np.ndim(g) < 2:
             return g
         return g - g.mean(axis=tuple(range(1, g.ndim)), keepdims=True)
 

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import (
@@ -65,7 +66,7 @@ def full_state_like(params: Params, value, dtype=None) -> Params:
         dt = state_dtype(leaf_dtype(p), dtype)
         if isinstance(p, jax.Array):  # keeps the param's sharding, eagerly and under jit
             return zeros_for(p, dt) + jnp.asarray(value, dt)
-        return jnp.full(jnp.shape(p), jnp.array(value, dt, copy=True))
+        return jnp.full(np.shape(p), jnp.array(value, dt, copy=True))
 
     return jax.tree.map(leaf, params)
 

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, Params, ScalarOrSchedule
@@ -78,7 +79,7 @@ def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8
 
         def accumulators(p):
             dtype = state_dtype(leaf_dtype(p))
-            shape = jnp.shape(p)
+            shape = np.shape(p)
             if not shape:
                 return [jnp.zeros([], dtype)]
             return [jnp.zeros((n,), dtype) for n in shape]

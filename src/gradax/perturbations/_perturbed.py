@@ -55,7 +55,7 @@ def _noise_like(key: jax.Array, tree: Any, sampler: Callable[..., jax.Array]) ->
     """One noise draw per leaf of ``tree``, from one sub-key per leaf (``jax.random.split(key, num_leaves)``)."""
     leaves, treedef = jax.tree.flatten(tree)
     keys = jax.random.split(key, len(leaves)) if leaves else []
-    return treedef.unflatten([sampler(k, jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)])
+    return treedef.unflatten([sampler(k, np.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)])
 
 
 def _values_only(fun: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.typing import ArrayLike
 
@@ -353,8 +354,8 @@ def _check_same_tree(api: str, x: Any, a: Any) -> None:
     if jax.tree.structure(x) != jax.tree.structure(a):
         raise tree_mismatch_error(api, "a", x, a, fix="Pass `a` with the structure of `x`")
     for xi, ai in zip(jax.tree.leaves(x), jax.tree.leaves(a)):
-        if jnp.shape(xi) != jnp.shape(ai):
+        if np.shape(xi) != np.shape(ai):
             raise ValueError(
-                f"{api}(a=...) must have the leaf shapes of `x`; got shape {jnp.shape(ai)} where `x` has "
-                f"{jnp.shape(xi)}. Pass `a` with the shapes of `x`."
+                f"{api}(a=...) must have the leaf shapes of `x`; got shape {np.shape(ai)} where `x` has "
+                f"{np.shape(xi)}. Pass `a` with the shapes of `x`."
             )

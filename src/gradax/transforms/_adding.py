@@ -190,7 +190,7 @@ def add_noise(
         keys = jax.random.split(sample_key, len(leaves))
 
         def leaf(u, k):
-            noise = jax.random.normal(k, jnp.shape(u), u.dtype)
+            noise = jax.random.normal(k, np.shape(u), u.dtype)
             dt = compute_dtype(u.dtype)
             return (u.astype(dt) + std.astype(dt) * noise.astype(dt)).astype(u.dtype)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import EmptyState, GradientTransformation
@@ -135,9 +136,9 @@ def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
         del params
         leaves, treedef = jax.tree.flatten(updates)
         c = as_value(max_norm)
-        if jnp.ndim(c) != 0:
+        if np.ndim(c) != 0:
             c = jnp.squeeze(c)
-            if jnp.ndim(c) != 0:
+            if np.ndim(c) != 0:
                 raise argument_error("clip_by_global_norm", "max_norm", "a scalar", max_norm)
         scale = global_norm_scale(_global_norm_f32(leaves), c)
 
@@ -278,8 +279,8 @@ def _check_batched(api: str, grads) -> list:
     leaves = jax.tree.leaves(grads)
     if not leaves:
         raise ValueError(f"{api}(grads=...) must hold at least one array; got {grads!r:.80}.")
-    batch = jnp.shape(leaves[0])[0] if jnp.ndim(leaves[0]) >= 1 else None
-    if batch is None or any(jnp.ndim(g) < 1 or jnp.shape(g)[0] != batch for g in leaves):
+    batch = np.shape(leaves[0])[0] if np.ndim(leaves[0]) >= 1 else None
+    if batch is None or any(np.ndim(g) < 1 or np.shape(g)[0] != batch for g in leaves):
         raise ValueError(
             f"{api}(grads=...) must have a batch dimension in axis 0 of every array, of one size; got shapes "
             f"{jax.tree.map(jnp.shape, grads)}. Pass per-example gradients (e.g. from jax.vmap(jax.grad(...)))."

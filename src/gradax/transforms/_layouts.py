@@ -13,7 +13,7 @@ from .._update import reference_step
 def _ravel(tree):
     """``tree`` as one 1-D array (in the promoted dtype of its leaves) and the function that undoes it."""
     leaves, treedef = jax.tree.flatten(tree)
-    shapes = [jnp.shape(x) for x in leaves]
+    shapes = [np.shape(x) for x in leaves]
     dtypes = [jnp.result_type(x) for x in leaves]
     sizes = [int(np.prod(s)) for s in shapes]
     dtype = jnp.result_type(*dtypes) if dtypes else jnp.float32

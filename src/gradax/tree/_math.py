@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._numerics import abs_sq
@@ -139,7 +140,7 @@ def sum(tree: Any, associative_reduction: bool = False) -> ArrayLike:  # noqa: A
 
 
 def _reduce_nonempty(tree: Any, leaf_fn, combine, initial: float) -> ArrayLike:
-    values = [leaf_fn(x) for x in jax.tree.leaves(tree) if jnp.size(x) > 0]
+    values = [leaf_fn(x) for x in jax.tree.leaves(tree) if np.size(x) > 0]
     return functools.reduce(combine, values, initial)
 
 
@@ -173,7 +174,7 @@ def size(tree: Any) -> int:
       >>> gradax.tree.size({"a": jnp.ones((2, 3)), "b": jnp.ones(4)})
       10
     """
-    return builtins.sum(jnp.size(x) for x in jax.tree.leaves(tree))
+    return builtins.sum(np.size(x) for x in jax.tree.leaves(tree))
 
 
 def conj(tree: Any) -> Any:
@@ -231,7 +232,7 @@ def batch_shape(tree: Any, shape: tuple[int, ...] = ()) -> Any:
       >>> gradax.tree.batch_shape({"a": jnp.ones(3)}, (2,))["a"].shape
       (2, 3)
     """
-    return jax.tree.map(lambda x: jnp.broadcast_to(x, (*shape, *jnp.shape(x))), tree)
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (*shape, *np.shape(x))), tree)
 
 
 def zeros_like(tree: Any, dtype: DTypeLike | None = None) -> Any:

@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 JOBS ?= 2
 
-.PHONY: demo test lint bench venv clean docs docs-serve docs-check leaderboard
+.PHONY: demo test test-oldest-jax lint bench venv clean docs docs-serve docs-check leaderboard
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,23 @@ test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup
 
+# the oldest JAX gradax supports (Optax 0.2.8's floor, jax 0.5.3), pinned in .ci/oldest-jax.txt, in its own venv:
+# the contract battery's structure and Optax-oracle checks (every registered transformation) and the registry test
+OLDEST := .venv-oldest-jax
+OLDEST_STAMP := $(OLDEST)/.installed-$(shell cat pyproject.toml .ci/oldest-jax.txt | cksum | cut -d' ' -f1)
+
+$(OLDEST_STAMP): pyproject.toml .ci/oldest-jax.txt
+	@test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet -c .ci/oldest-jax.txt -e . jax jaxlib numpy optax equinox pytest \
+		pytest-xdist hypothesis
+	@rm -f $(OLDEST)/.installed-*; touch $(OLDEST_STAMP)
+
+test-oldest-jax: $(OLDEST_STAMP)
+	$(OLDEST)/bin/python -c "import jax; assert jax.__version__ == '0.5.3', jax.__version__"
+	$(OLDEST)/bin/python -m pytest -n $(JOBS) --dist loadgroup tests/contract/test_registry.py \
+		tests/contract/test_battery.py -k "test_contract or test_oracle or test_registry or test_every"
+
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m ruff format --check src tests benchmarks examples
@@ -51,4 +68,4 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache site
+	rm -rf $(VENV) $(OLDEST) runs .pytest_cache site

@@ -371,7 +371,7 @@ FLAT_LEAVES_PER_CALL = 128
 def _flat_head(scalars: jax.Array, per_leaf: jax.Array, params: list):
     """The leading operands of a flat-state kernel's call over a chunk of leaves: the scalars, the chunk's per-leaf
     values, and where its first leaf starts in the flat state, as int32[2] (low 31 bits, then the rest)."""
-    offsets = np.cumsum([0] + [int(np.prod(jnp.shape(p))) for p in params])
+    offsets = np.cumsum([0] + [int(np.prod(np.shape(p))) for p in params])
 
     def head(part):
         start = int(offsets[part.start])

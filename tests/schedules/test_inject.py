@@ -198,7 +198,8 @@ def test_static_args_and_its_error():
     with pytest.raises(
         ValueError,
         match=r"inject_hyperparams\(static_args=\.\.\.\) must be names of parameters of sgd; "
-        r"got \['lr'\]\. Its parameters are learning_rate, momentum, nesterov, accumulator_dtype\.",
+        r"got \[.lr.\]\. Its parameters are learning_rate, momentum, nesterov, accumulator_dtype, weight_decay, "
+        r"weight_decay_mask, cautious_weight_decay\.",
     ):
         gradax.inject_hyperparams(gradax.sgd, static_args=["lr"])
 

@@ -105,12 +105,15 @@ def scale_by_came(
     def init(params):
         def stats(p):
             shape, dtype = np.shape(p), state_dtype(leaf_dtype(p))
-            small = jnp.zeros((1,), dtype)
+
+            # a fresh buffer for every field: state leaves never alias one another (donation must work)
+            def small():
+                return jnp.zeros((1,), dtype)
+
             if not _factored(shape):
-                return small, small, zeros_for(p, dtype), small, small
-            row = jnp.zeros(shape[:-1], dtype)
-            col = jnp.zeros(shape[:-2] + shape[-1:], dtype)
-            return row, col, small, row, col
+                return small(), small(), zeros_for(p, dtype), small(), small()
+            row, col = shape[:-1], shape[:-2] + shape[-1:]
+            return jnp.zeros(row, dtype), jnp.zeros(col, dtype), small(), jnp.zeros(row, dtype), jnp.zeros(col, dtype)
 
         nu_row, nu_col, nu, res_row, res_col = map_n(5, stats, params)
         return ScaleByCameState(

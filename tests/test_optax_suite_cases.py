@@ -108,3 +108,43 @@ def test_param_block_rms_of_complex_params_is_real_like_optax():
                 u, state = tx.update(g, state, p)
             outs.append(u)
         np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [gradax.apply_updates, lambda new, old: gradax.incremental_update(new, old, 1)],
+    ids=["apply_updates", "incremental_update"],
+)
+def test_none_first_tree_gives_none(operation):
+    x = jnp.array([1.0, 2.0, 3.0])
+    assert operation(None, x) is None
+    out = operation({"a": x, "b": None}, {"a": x, "b": x})
+    assert out["b"] is None and out["a"].shape == (3,)
+
+
+def test_add_decayed_weights_keeps_none_updates():
+    weights = (jnp.ones(2), {"a": jnp.ones(2), "b": jnp.ones(2)})
+    tx = gradax.add_decayed_weights(0.1)
+    assert tx.update(None, 0, weights)[0] is None
+    updates, _ = tx.update((None, {"a": jnp.ones(2), "b": None}), tx.init(weights), weights)
+    assert updates[0] is None and updates[1]["b"] is None
+    np.testing.assert_allclose(updates[1]["a"], 1.1)
+
+
+def test_extra_args_update_without_params_parameter_gets_only_what_was_passed():
+    logged = {}
+
+    def update_fn(updates, state, *, metrics_logger=None, **extra_args):
+        del extra_args
+        if metrics_logger:
+            metrics_logger("learning_rate", 0.3)
+        return updates, state
+
+    tx = gradax.GradientTransformationExtraArgs(lambda params: {}, update_fn)
+
+    @jax.jit
+    def f(params):
+        return tx.update(params, tx.init(params), metrics_logger=lambda name, value: logged.update({name: value}))
+
+    f(jnp.ones(2))
+    assert logged == {"learning_rate": 0.3}

@@ -116,9 +116,14 @@ def _numbers_ok_update(update: Callable) -> Callable:
         return update
 
     @functools.wraps(update)
-    def wrapped(updates, state, params=None, *args, **extra_args):
+    def wrapped(updates, state, *args, **extra_args):
+        # params are passed on only the way they came (an update(updates, state, **kw) takes none positionally)
         updates = scalars_as_arrays(updates, ints_as_floats=True)
-        return update(updates, state, scalars_as_arrays(params), *args, **extra_args)
+        if args:
+            args = (scalars_as_arrays(args[0]), *args[1:])
+        elif "params" in extra_args:
+            extra_args["params"] = scalars_as_arrays(extra_args["params"])
+        return update(updates, state, *args, **extra_args)
 
     wrapped.__gradax_numbers_ok__ = True
     return wrapped

@@ -43,14 +43,19 @@ def reference_step(update: Callable) -> Callable:
 
 
 def incremental_update(new_tensors: Params, old_tensors: Params, step_size: ArrayLike) -> Params:
-    """Polyak averaging: ``step_size * new + (1 - step_size) * old`` leaf by leaf.
+    """Polyak averaging: ``step_size * new + (1 - step_size) * old`` leaf by leaf; ``None`` leaves of
+    ``new_tensors`` stay ``None``.
 
     Example:
       >>> import gradax, jax.numpy as jnp
       >>> gradax.incremental_update(jnp.ones(2), jnp.zeros(2), 0.25)
       Array([0.25, 0.25], dtype=float32)
     """
-    return jax.tree.map(lambda n, o: step_size * n + (1.0 - step_size) * o, new_tensors, old_tensors)
+
+    def average(n, o):
+        return None if n is None else step_size * n + (1.0 - step_size) * o
+
+    return jax.tree.map(average, new_tensors, old_tensors, is_leaf=lambda x: x is None)
 
 
 def periodic_update(new_tensors: Params, old_tensors: Params, steps: ArrayLike, update_period: ArrayLike) -> Params:
@@ -61,6 +66,4 @@ def periodic_update(new_tensors: Params, old_tensors: Params, steps: ArrayLike, 
       >>> gradax.periodic_update(jnp.ones(2), jnp.zeros(2), jnp.asarray(4), 2)
       Array([1., 1.], dtype=float32)
     """
-    return jax.lax.cond(
-        jnp.mod(steps, update_period) == 0, lambda _: new_tensors, lambda _: old_tensors, None
-    )
+    return jax.lax.cond(jnp.mod(steps, update_period) == 0, lambda _: new_tensors, lambda _: old_tensors, None)

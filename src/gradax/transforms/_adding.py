@@ -104,6 +104,8 @@ def add_decayed_weights(
             rate = as_value(weight_decay)
 
         def leaf(u, p):
+            if u is None:  # a None update (a frozen or absent leaf) stays None
+                return None
             if cautious:
                 dtype = compute_dtype(u.dtype)
                 up = u.astype(dtype) * jnp.conj(p.astype(dtype))
@@ -111,7 +113,7 @@ def add_decayed_weights(
                 return (u + jnp.where(keep, rate * p, 0)).astype(u.dtype)
             return (u + rate * p).astype(u.dtype)
 
-        return jax.tree.map(leaf, updates, params), new_state
+        return jax.tree.map(leaf, updates, params, is_leaf=lambda x: x is None), new_state
 
     tx = GradientTransformation(init, update)
     if mask is None:

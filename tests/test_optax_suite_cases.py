@@ -148,3 +148,23 @@ def test_extra_args_update_without_params_parameter_gets_only_what_was_passed():
 
     f(jnp.ones(2))
     assert logged == {"learning_rate": 0.3}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_zoom_linesearch_under_cond_with_float64_value_fn_and_hyperparameters(dtype):
+    kw = ["tol", "increase_factor", "slope_rtol", "curv_rtol", "approx_dec_rtol", "stepsize_precision"]
+    with jax.enable_x64(True):
+        opt = gradax.scale_by_zoom_linesearch(
+            max_linesearch_steps=5, **{k: jnp.array(1e-5, dtype=jnp.float64) for k in kw}
+        )
+        x = jnp.array([1.0, 2.0], dtype=dtype)
+        state = opt.init(x)
+
+        def value_fn(x):
+            return jnp.sum(x**2).astype(jnp.float64)
+
+        def step(x):
+            return opt.update(x, state, x, value=1.0, grad=x, value_fn=value_fn)[1]
+
+        new_state = jax.lax.cond(jnp.asarray(True), step, lambda x: state, x)
+        assert jax.tree.structure(new_state) == jax.tree.structure(state)

@@ -45,6 +45,12 @@ def _scale(alpha, x):
     return jax.tree.map(lambda a: (alpha * a).astype(a.dtype), x)
 
 
+def _like(old: Any, new: Any) -> Any:
+    """``new`` with the dtypes of ``old``, leaf by leaf: a loop carry keeps its types whatever dtypes the value
+    function or the hyperparameters bring in (float64 values with float32 params under x64, ...)."""
+    return jax.tree.map(lambda o, n: jnp.asarray(n).astype(jnp.result_type(o)), old, new)
+
+
 def _select(pred, on_true: list, on_false: list) -> list:
     """Elementwise choice between two lists of trees by a scalar predicate."""
     return [jax.tree.map(lambda a, b: jnp.where(pred, a, b), t, f) for t, f in zip(on_true, on_false)]
@@ -449,12 +455,12 @@ def scale_by_zoom_linesearch(
             found = high_is_new | low_is_new | (err <= tol)
             done = (err <= tol) | (at_max & ~found)
             failed = (c.count + 1 >= max_linesearch_steps) & ~done
-            return c._replace(
+            return _like(c, c._replace(
                 count=c.count + 1, stepsize=step, value=v, grad=g, slope=s, decrease_error=dec,
                 curvature_error=curv, interval_found=found, done=done, failed=failed, low=low, value_low=v_low,
                 slope_low=s_low, high=high, value_high=v_high, slope_high=s_high, cubic_ref=low,
                 value_cubic_ref=v_low, safe_stepsize=safe_step, safe_value=safe_value, safe_grad=safe_grad,
-            )  # fmt: skip
+            ))  # fmt: skip
 
         def zoom(c: _ZoomCarry) -> _ZoomCarry:
             """Algorithm 3.6: shrink the bracket by interpolation until a step passes both tests."""
@@ -484,12 +490,12 @@ def scale_by_zoom_linesearch(
             low, v_low, s_low = _select(~high_is_middle, [middle, v, s], [c.low, c.value_low, c.slope_low])
             ref, v_ref = _select(high_is_middle | high_is_low, [c.high, c.value_high], [c.low, c.value_low])
             stuck = (c.count + 1 >= max_linesearch_steps) | ((width <= stepsize_precision) & (safe_step > 0.0))
-            return c._replace(
+            return _like(c, c._replace(
                 count=c.count + 1, stepsize=middle, value=v, grad=g, slope=s, decrease_error=dec,
                 curvature_error=curv, done=done, failed=stuck & ~done, low=low, value_low=v_low, slope_low=s_low,
                 high=high, value_high=v_high, slope_high=s_high, cubic_ref=ref, value_cubic_ref=v_ref,
                 safe_stepsize=safe_step, safe_value=safe_value, safe_grad=safe_grad,
-            )  # fmt: skip
+            ))  # fmt: skip
 
         def fall_back(c: _ZoomCarry) -> _ZoomCarry:
             """On failure, take the best step with sufficient decrease (or a safe one when values blew up)."""

@@ -151,29 +151,9 @@ MATRICES_ONLY = {
     "contrib.scale_by_adam_mini": _MINI,
     "contrib.scale_by_adam_mini-2": _MINI,
 }
-# Found by this test, not fixed yet (reported; the entries' owners fix them): strict xfails, so a fix shows.
-_EMPTY_MAX = "zero-size leaf: jnp.max over an empty array raises ValueError"
-_DIV = "zero-size leaf: a Python division by a zero dimension raises ZeroDivisionError"
-_NAN = "zero-size leaf: a mean over an empty axis leaves NaN in the state"
-KNOWN_BUGS = {
-    "contrib.kron": _EMPTY_MAX,
-    "contrib.kron-2": _EMPTY_MAX,
-    "contrib.scale_by_kron": _EMPTY_MAX,
-    "scale_by_sm3": _EMPTY_MAX,
-    "sm3": _EMPTY_MAX,
-    "sm3-2": _EMPTY_MAX,
-    "contrib.muon": _DIV,
-    "contrib.muon[custom]": _DIV,
-    "contrib.scion": _DIV,
-    "contrib.scion-2": _DIV,
-    "contrib.scion-3": _DIV,
-    "contrib.scale_by_scion": _DIV,
-    "contrib.shampoo": _DIV,
-    "contrib.shampoo-2": _DIV,
-    "contrib.scale_by_shampoo": _DIV,
-    "contrib.normuon": _NAN,
-    "contrib.normuon-2": _NAN,
-}
+# Bugs this test finds and that are not fixed yet, as strict xfails (entry id -> reason), so that a fix shows. Empty
+# now: zero-size leaves in kron, sm3, muon, scion, shampoo and normuon were fixed.
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _hyperparams(entry, draw):

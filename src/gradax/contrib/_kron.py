@@ -107,6 +107,8 @@ def _lower_bound(t: jax.Array, max_abs: jax.Array) -> jax.Array:
 
 def _fit(q, diff, total, step, tiny):
     """One step of the factor ``q`` along ``diff`` (the fitting criterion's gradient), normalized by ``total``."""
+    if total.size == 0:  # an empty leaf: nothing to fit
+        return q
     norm = jnp.max(jnp.abs(total))
     if q.ndim == 1:
         return q - step * diff * q / jnp.maximum(norm, tiny)
@@ -135,6 +137,8 @@ def _matrix_update(g, v, ql, qr, step, tiny):
 
 def _balance(ql, qr):
     """Rescales the two factors to equal largest entries (their Kronecker product is unchanged)."""
+    if ql.size == 0 or qr.size == 0:  # an empty leaf: nothing to balance
+        return ql, qr
     nl, nr = jnp.max(jnp.abs(ql)), jnp.max(jnp.abs(qr))
     mean = jnp.sqrt(nl * nr)
     return ql * (mean / nl), qr * (mean / nr)

@@ -240,7 +240,7 @@ def _scale_by_shape(weight_dimension_numbers, consistent_rms) -> GradientTransfo
         def leaf(u, d):
             fan_in, fan_out = fans(u.shape, d)
             if consistent_rms is None:
-                s = math.sqrt(max(1.0, fan_out / fan_in))
+                s = math.sqrt(max(1.0, fan_out / fan_in)) if fan_in else 1.0  # fan_in 0: an empty leaf
             else:
                 s = math.sqrt(max(fan_in, fan_out)) * as_value(consistent_rms)
             return (s * u.astype(compute_dtype(u.dtype))).astype(u.dtype)

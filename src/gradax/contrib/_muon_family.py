@@ -155,7 +155,9 @@ def scale_by_normuon(
             mt = (1 - b) * gc + b * m_new if nesterov else m_new
             flat, restore = to_matrices(mt, _leaf_dims(d, g))
             o = jax.lax.map(lambda x: _ortho(x, state.ns_coeffs, ns_steps), flat)
-            v_new = beta2 * v.astype(cd) + (1 - beta2) * jnp.mean(o * o, axis=1, keepdims=True)
+            # rows of zero length (an empty leaf) have mean square 0, not 0/0
+            row_sq = jnp.mean(o * o, axis=1, keepdims=True) if o.shape[1] else jnp.zeros(v.shape, cd)
+            v_new = beta2 * v.astype(cd) + (1 - beta2) * row_sq
             e = as_value(eps, cd)
             o_hat = o / (jnp.sqrt(v_new) + e)
             norm_hat = jnp.sqrt(jnp.sum(o_hat * o_hat, axis=(1, 2), keepdims=True)) + e

@@ -60,7 +60,7 @@ def _lmo(norm: str, d: jax.Array, dims, coeffs, ns_steps: int, eps) -> jax.Array
     fan_in, fan_out = m.shape[1], m.shape[2]
     if norm == "spectral":
         o = jax.lax.map(lambda x: _newton_schulz(x, coeffs, ns_steps, "frobenius", 1e-7), m)
-        out = o * math.sqrt(fan_out / fan_in)
+        out = o * (math.sqrt(fan_out / fan_in) if fan_in else 1.0)  # fan_in 0: an empty leaf
     elif norm == "colnorm":
         out = m / (jnp.sqrt(jnp.sum(m * m, axis=2, keepdims=True)) / math.sqrt(fan_out) + eps)
     elif norm == "rownorm":

@@ -185,7 +185,7 @@ def scale_by_shampoo(
         lay = layout(tuple(shape), dims, merge_dims, block_size)
         if len(lay.dims) < 2:
             return _Blocks(lay, (), ())
-        block = tuple(min(block_size, d) for d in lay.dims)
+        block = tuple(max(1, min(block_size, d)) for d in lay.dims)  # a zero-size axis: zero blocks
         return _Blocks(lay, block, tuple(-(-d // b) for d, b in zip(lay.dims, block)))
 
     def init(params):

@@ -109,6 +109,8 @@ def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8
             new_m = (1 - beta1) * u + beta1 * m.astype(dtype)
             if ndim < 2:
                 new_mus = [accum.astype(mus[0].dtype)]
+            elif np.size(accum) == 0:  # an empty leaf: a max over no elements is the accumulators' floor, 0
+                new_mus = [jnp.zeros(np.shape(v), v.dtype) for v in mus]
             else:
                 new_mus = [
                     jnp.max(accum, axis=tuple(b for b in range(ndim) if b != a)).astype(v.dtype)

@@ -137,12 +137,7 @@ def _materialize(skeleton, dtype, rng, scale=1.0):
 
 
 # Entries whose outputs may be non-finite for finite inputs, why, and what gradax returns there.
-_CAME = "a zero-size matrix's factored statistics are means over an empty axis: NaN in the state (nu_row/nu_col)"
-NOT_FINITE: dict[str, str] = {
-    "contrib.came": _CAME,
-    "contrib.came[custom]": _CAME,
-    "contrib.scale_by_came": _CAME,
-}
+NOT_FINITE: dict[str, str] = {}
 # Entries that cannot take random trees, and why (they get the random dtypes and hyperparameters on matrices).
 _MINI = "it labels leaves by their key paths and shapes; some labels need n_heads"
 MATRICES_ONLY = {

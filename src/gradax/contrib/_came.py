@@ -131,6 +131,8 @@ def scale_by_came(
         beta1, beta2, beta3, e1, e2, d = hyper_values(b1, b2, b3, eps1, eps2, clip_threshold)
 
         def leaf(g, m, vr, vc, v, rr, rc):
+            if np.size(g) == 0:  # an empty leaf: its statistics would be means over nothing (0/0); keep them
+                return g, m, vr, vc, v, rr, rc
             gc = g.astype(compute_dtype(g.dtype))
             sq = gc * gc + e1
             if _factored(g.shape):

@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.run import clip_adamw, fused_clip_adamw, make_tree, many_shapes
+from benchmarks.suite.trees import make_tree, many_shapes
+from benchmarks.suite.workloads import clip_adamw, fused_clip_adamw
 
 
 def profile(n_leaves: int, library: str) -> dict[str, float]:

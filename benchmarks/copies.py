@@ -2,7 +2,7 @@
 
 A copy in a donated step means XLA could not prove that a kernel reading an old state buffer runs before the kernel
 that overwrites it in place (see ``benchmarks/RESULTS.md``). Counts copies of the two leaves of a small tree in the
-step :func:`benchmarks.run.prepare_jax` compiles, for every optimizer of ``benchmarks.sweep``; ``--xla-option`` as
+step :func:`benchmarks.suite.timing.prepare_jax` compiles, for every optimizer of ``benchmarks.sweep``; ``--xla-option`` as
 in ``benchmarks.run``::
 
     .venv/bin/python -m benchmarks.copies [--xla-option xla_cpu_copy_insertion_use_region_analysis=true]
@@ -15,7 +15,9 @@ from typing import Any
 
 import gradax
 
-from .run import Workload, add_xla_option_argument, make_tree, prepare_jax, use_xla_options
+from .suite.timing import add_xla_option_argument, prepare_jax, use_xla_options
+from .suite.trees import make_tree
+from .suite.workloads import Workload
 from .sweep import OPTIMIZERS
 
 try:  # the comparison (benchmarks only)

@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import gradax  # noqa: E402
-from benchmarks.run import SIZES, gpt2_shapes  # noqa: E402
+from benchmarks.suite.trees import SIZES, gpt2_shapes  # noqa: E402
 
 
 def _fsdp_spec(shape, n):

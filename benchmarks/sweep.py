@@ -19,18 +19,9 @@ import jax
 
 import gradax
 
-from .run import (
-    SIZES,
-    Workload,
-    add_xla_option_argument,
-    block,
-    gpt2_shapes,
-    make_tree,
-    n_params,
-    prepare_jax,
-    time_jax,
-    use_xla_options,
-)
+from .suite.timing import add_xla_option_argument, block, prepare_jax, time_jax, use_xla_options
+from .suite.trees import SIZES, gpt2_shapes, make_tree, n_params
+from .suite.workloads import Workload
 
 try:  # the comparison (benchmarks only)
     import optax

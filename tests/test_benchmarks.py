@@ -6,6 +6,7 @@ import json
 
 import pytest
 from benchmarks import run
+from benchmarks.suite import trees, workloads
 
 
 def test_tiny_suite_runs_and_writes_table(tmp_path):
@@ -16,14 +17,16 @@ def test_tiny_suite_runs_and_writes_table(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["size"] == "tiny"
     step_workloads = [name for name, r in saved["workloads"].items() if r["kind"] == "step"]
-    assert set(step_workloads) == set(run.BYTES_PER_PARAM)
+    assert set(step_workloads) == set(workloads.BYTES_PER_PARAM)
     for name in step_workloads:
         r = saved["workloads"][name]
         assert {"gradax", "optax"} <= set(r["step_s"]) and r["step_s"]["gradax"]["median"] > 0
         # the copy bandwidth its % figures use is timed in every repeat, beside the steps
-        assert r["step_s"][run.COPY]["median"] > 0 and r["copy_reference_bytes"] > 0
+        assert r["step_s"][workloads.COPY]["median"] > 0 and r["copy_reference_bytes"] > 0
         assert r["compile_s"]["gradax"] > 0 and r["compile_s"]["optax"] > 0
-    assert set(saved["workloads"]["compile_clip_adamw"]["compile_s"]) == {str(n) for n in run.SIZES["tiny"]["compile"]}
+    assert set(saved["workloads"]["compile_clip_adamw"]["compile_s"]) == {
+        str(n) for n in trees.SIZES["tiny"]["compile"]
+    }
     lbfgs = saved["workloads"]["lbfgs_rosenbrock"]["results"]
     for res in lbfgs.values():  # every solver reached the Rosenbrock minimum (f = 0 at x = 1)
         assert all(v["final_f"] < 1e-6 for v in res.values())
@@ -37,9 +40,9 @@ def test_tiny_suite_runs_and_writes_table(tmp_path):
 
 
 def test_gpt2_full_shape_is_gpt2_small():
-    shapes = run.gpt2_shapes(*run.SIZES["full"]["gpt"])
+    shapes = trees.gpt2_shapes(*trees.SIZES["full"]["gpt"])
     assert len(shapes) == 148
-    assert 124e6 < run.n_params(shapes) < 125e6
+    assert 124e6 < trees.n_params(shapes) < 125e6
 
 
 def test_sweep_runs_and_every_optimizer_exists_in_both_libraries(tmp_path):
@@ -57,7 +60,7 @@ def test_sweep_runs_and_every_optimizer_exists_in_both_libraries(tmp_path):
 
 
 def test_xla_options_parse_and_reject_bad_input():
-    from benchmarks.run import parse_xla_options
+    from benchmarks.suite.timing import parse_xla_options
 
     assert parse_xla_options(["xla_cpu_copy_insertion_use_region_analysis=true", "a=3", "b=False", "c=x"]) == {
         "xla_cpu_copy_insertion_use_region_analysis": True,

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 INVENTORY = Path(__file__).with_name("api_inventory.md")
-# submodules still being written: their names are skipped only while gradax lacks them
-PENDING = {"contrib", "microbatching"}
 
 
 def _parse():
@@ -32,12 +30,6 @@ def _parse():
 
 
 NAMES = _parse()
-# top-level re-exports of a pending submodule's names (e.g. gradax.microbatch) are pending with it
-_PENDING_NAMES = {n for m, n in NAMES if m.split(".")[0] in PENDING}
-
-
-def _pending(module, name):
-    return module.split(".")[0] in PENDING or (module == "" and name in _PENDING_NAMES)
 
 
 def test_inventory_parsed():
@@ -49,12 +41,5 @@ def test_inventory_parsed():
 @pytest.mark.parametrize("module,name", NAMES, ids=[f"{m or 'gradax'}.{n}" for m, n in NAMES])
 def test_name_exists(module, name):
     path = "gradax" + ("." + module if module else "")
-    try:
-        mod = importlib.import_module(path)
-    except ModuleNotFoundError:
-        if _pending(module, name):
-            pytest.skip(f"{path} is not written yet")
-        raise
-    if not hasattr(mod, name) and _pending(module, name):
-        pytest.skip(f"{path} does not have {name} yet")
+    mod = importlib.import_module(path)
     assert hasattr(mod, name), f"{path}.{name} is missing"

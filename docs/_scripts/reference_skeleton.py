@@ -6,50 +6,26 @@ public name needs, or without arguments to (re)write the skeleton (it overwrites
 """
 
 from __future__ import annotations
-import __future__
 
 import collections
-import importlib
 import inspect
 import pathlib
 import sys
 
 import gradax
 
-MODULES = [
-    "",
-    "contrib",
-    "losses",
-    "schedules",
-    "tree_utils",
-    "tree",
-    "transforms",
-    "projections",
-    "perturbations",
-    "assignment",
-    "second_order",
-    "microbatching",
-    "experimental.aggregating",
-    "fused",
-    "sharding",
-]
-REF = pathlib.Path(__file__).resolve().parents[1] / "reference"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the public-name walk is shared with the tests that check the reference
+from tests._public_names import PUBLIC_MODULES, public_names  # noqa: E402
 
-
-def public(path):
-    module = importlib.import_module("gradax" + ("." + path if path else ""))
-    for name in sorted(vars(module)):
-        obj = getattr(module, name)
-        if name.startswith("_") or inspect.ismodule(obj) or isinstance(obj, __future__._Feature):
-            continue
-        yield name, obj
+REF = ROOT / "docs" / "reference"
 
 
 def canonical():
     """(dotted path, name, object, home module) for each public object, top-level path preferred."""
     seen = {}
-    for path in MODULES:
-        for name, obj in public(path):
+    for path in PUBLIC_MODULES:
+        for name, obj in public_names(path):
             if path and getattr(gradax, name, None) is obj:
                 continue  # documented at the top level
             if path == "tree_utils" and getattr(gradax.tree, name, None) is obj:

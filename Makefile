@@ -1,4 +1,5 @@
-# gradax: `make demo` runs the main job, `make test` runs the whole suite. Both set up .venv on first use.
+# gradax: `make demo` runs the main job, `make test` runs `make lint` and then the whole suite. All set up .venv on first
+# use.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -38,8 +39,7 @@ demo: $(STAMP)
 leaderboard: $(STAMP)
 	$(PY) -m gradax.cli leaderboard --out runs/leaderboard --overwrite
 
-test: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks examples
+test: lint
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup
 
 # the oldest JAX gradax supports (Optax 0.2.8's floor, jax 0.5.3), pinned in .ci/oldest-jax.txt, in its own venv:
@@ -59,9 +59,12 @@ test-oldest-jax: $(OLDEST_STAMP)
 	$(OLDEST)/bin/python -m pytest -n $(JOBS) --dist loadgroup tests/contract/test_registry.py \
 		tests/contract/test_battery.py -k "test_contract or test_oracle or test_registry or test_every"
 
+# the same checks as .pre-commit-config.yaml: lint (with unused-noqa), formatting, and types of src/gradax (Pyrefly,
+# configured in pyproject.toml)
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks examples
-	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples docs/_scripts
+	$(PY) -m ruff format --check src tests benchmarks examples docs/_scripts
+	$(VENV)/bin/pyrefly check
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet "torch==2.13.0"

@@ -316,6 +316,181 @@ def _quadratic_minimizer(a, fa, fpa, b, fb):
     return a - fpa / (2.0 * curv)
 
 
+class _ZoomSettings(NamedTuple):
+    """The search's hyperparameters as given to :func:`scale_by_zoom_linesearch` (Python numbers or arrays)."""
+
+    max_linesearch_steps: int
+    max_learning_rate: ArrayLike | None
+    tol: ArrayLike
+    increase_factor: ArrayLike
+    slope_rtol: ArrayLike
+    curv_rtol: ArrayLike
+    approx_dec_rtol: ArrayLike | None
+    stepsize_precision: ArrayLike
+    verbose: bool
+
+
+class _Line(NamedTuple):
+    """The objective along the search line ``params + stepsize * updates``, in the value dtype."""
+
+    at: Callable[[jax.Array], tuple[jax.Array, Updates, jax.Array]]  # stepsize -> (value, grad, slope)
+    value0: jax.Array  # the value at stepsize 0
+    slope0: jax.Array  # the slope at stepsize 0
+
+
+def _line_through(value_fn, fn_kwargs: dict, params, updates, value, grad, dt) -> _Line:
+    """The line through ``params`` along ``updates``; gradients keep the params' dtypes."""
+    value_and_grad = jax.value_and_grad(functools.partial(value_fn, **fn_kwargs))
+    value0 = jnp.asarray(value).astype(dt)
+    slope0 = _slope(grad, updates).astype(dt)
+
+    def at(stepsize):
+        v, g = value_and_grad(_axpy(stepsize, updates, params))
+        g = _cast_like(g, params)
+        return jnp.asarray(v).astype(dt), g, _slope(g, updates).astype(dt)
+
+    return _Line(at, value0, slope0)
+
+
+def _decrease_error(cfg: _ZoomSettings, line: _Line, stepsize, v, s):
+    """How far ``stepsize`` (value ``v``, slope ``s``) is from sufficient decrease (0 when met, inf for NaN)."""
+    err = v - line.value0 - cfg.slope_rtol * stepsize * line.slope0
+    if cfg.approx_dec_rtol is not None:
+        approx = jnp.maximum(
+            s - (2 * cfg.slope_rtol - 1.0) * line.slope0, v - line.value0 - cfg.approx_dec_rtol * jnp.abs(line.value0)
+        )
+        err = jnp.minimum(approx, err)
+    err = jnp.maximum(err, 0.0)
+    return jnp.where(jnp.isnan(err), jnp.inf, err)
+
+
+def _curvature_error(cfg: _ZoomSettings, line: _Line, s):
+    """How far slope ``s`` is from the curvature condition (0 when met, inf for NaN)."""
+    err = jnp.maximum(jnp.abs(s) - cfg.curv_rtol * jnp.abs(line.slope0), 0.0)
+    return jnp.where(jnp.isnan(err), jnp.inf, err)
+
+
+def _trial(cfg: _ZoomSettings, line: _Line, stepsize):
+    """Value, gradient, slope and the two test errors at ``stepsize``."""
+    v, g, s = line.at(stepsize)
+    return v, g, s, _decrease_error(cfg, line, stepsize, v, s), _curvature_error(cfg, line, s)
+
+
+def _capped(cfg: _ZoomSettings, step):
+    """``step`` bounded by ``max_learning_rate``, and whether the bound was reached."""
+    if cfg.max_learning_rate is None:
+        return step, jnp.asarray(False)
+    at_max = step >= cfg.max_learning_rate
+    return jnp.minimum(step, cfg.max_learning_rate), at_max
+
+
+def _bracket(cfg: _ZoomSettings, line: _Line, c: _ZoomCarry) -> _ZoomCarry:
+    """Algorithm 3.5: grow the step until [low, high] brackets an acceptable one."""
+    step, at_max = _capped(cfg, jnp.where(c.count == 0, c.stepsize_guess, cfg.increase_factor * c.stepsize))
+    v, g, s, dec, curv = _trial(cfg, line, step)
+    err = jnp.maximum(dec, curv)
+    safe = dec <= cfg.tol
+    safe_step, safe_value, safe_grad = _select(safe, [step, v, g], [c.safe_stepsize, c.safe_value, c.safe_grad])
+    high_is_new = (dec > 0.0) | ((v >= c.value) & (c.count > 0))
+    low_is_new = (s >= 0.0) & ~high_is_new
+    low, v_low, s_low, high, v_high, s_high = _select(
+        low_is_new, [step, v, s, c.stepsize, c.value, c.slope], [c.stepsize, c.value, c.slope, step, v, s]
+    )
+    found = high_is_new | low_is_new | (err <= cfg.tol)
+    done = (err <= cfg.tol) | (at_max & ~found)
+    failed = (c.count + 1 >= cfg.max_linesearch_steps) & ~done
+    return _like(c, c._replace(
+        count=c.count + 1, stepsize=step, value=v, grad=g, slope=s, decrease_error=dec,
+        curvature_error=curv, interval_found=found, done=done, failed=failed, low=low, value_low=v_low,
+        slope_low=s_low, high=high, value_high=v_high, slope_high=s_high, cubic_ref=low,
+        value_cubic_ref=v_low, safe_stepsize=safe_step, safe_value=safe_value, safe_grad=safe_grad,
+    ))  # fmt: skip
+
+
+def _interpolate(c: _ZoomCarry):
+    """The next trial inside the bracket: the cubic's minimizer, else the quadratic's, else the midpoint (each only
+    when it lies well inside the bracket), and the bracket's width."""
+    width = jnp.abs(c.high - c.low)
+    left, right = jnp.minimum(c.high, c.low), jnp.maximum(c.high, c.low)
+    cubic = _cubic_minimizer(c.low, c.value_low, c.slope_low, c.high, c.value_high, c.cubic_ref, c.value_cubic_ref)
+    use_cubic = (cubic > left + 0.2 * width) & (cubic < right - 0.2 * width)
+    quad = _quadratic_minimizer(c.low, c.value_low, c.slope_low, c.high, c.value_high)
+    use_quad = ~use_cubic & (quad > left + 0.1 * width) & (quad < right - 0.1 * width)
+    middle = jnp.where(use_cubic, cubic, c.cubic_ref)
+    middle = jnp.where(use_quad, quad, middle)
+    return jnp.where(~use_cubic & ~use_quad, (c.low + c.high) / 2.0, middle), width
+
+
+def _shrink(c: _ZoomCarry, middle, v, s, dec) -> dict:
+    """The bracket after a trial at ``middle``: it replaces ``high`` when it did not decrease enough, else
+    ``low`` (and the old ``low`` becomes ``high`` when the slope points back past it); the cubic's third point is
+    the end that was dropped."""
+    high_is_middle = (dec > 0.0) | (v >= c.value_low)
+    high_is_low = (s * (c.high - c.low) >= 0.0) & ~high_is_middle
+    high, v_high, s_high = _select(high_is_middle, [middle, v, s], [c.high, c.value_high, c.slope_high])
+    high, v_high, s_high = _select(high_is_low, [c.low, c.value_low, c.slope_low], [high, v_high, s_high])
+    low, v_low, s_low = _select(~high_is_middle, [middle, v, s], [c.low, c.value_low, c.slope_low])
+    ref, v_ref = _select(high_is_middle | high_is_low, [c.high, c.value_high], [c.low, c.value_low])
+    return dict(
+        low=low, value_low=v_low, slope_low=s_low, high=high, value_high=v_high, slope_high=s_high,
+        cubic_ref=ref, value_cubic_ref=v_ref,
+    )  # fmt: skip
+
+
+def _zoom(cfg: _ZoomSettings, line: _Line, c: _ZoomCarry) -> _ZoomCarry:
+    """Algorithm 3.6: shrink the bracket by interpolation until a step passes both tests."""
+    middle, width = _interpolate(c)
+    v, g, s, dec, curv = _trial(cfg, line, middle)
+    err = jnp.maximum(dec, curv)
+    better_safe = (dec <= cfg.tol) & (v < c.safe_value)
+    safe_step, safe_value, safe_grad = _select(
+        better_safe, [middle, v, g], [c.safe_stepsize, c.safe_value, c.safe_grad]
+    )
+    done = err <= cfg.tol
+    bracket = _shrink(c, middle, v, s, dec)
+    stuck = (c.count + 1 >= cfg.max_linesearch_steps) | ((width <= cfg.stepsize_precision) & (safe_step > 0.0))
+    return _like(c, c._replace(
+        count=c.count + 1, stepsize=middle, value=v, grad=g, slope=s, decrease_error=dec,
+        curvature_error=curv, done=done, failed=stuck & ~done, **bracket,
+        safe_stepsize=safe_step, safe_value=safe_value, safe_grad=safe_grad,
+    ))  # fmt: skip
+
+
+def _fall_back(cfg: _ZoomSettings, line: _Line, c: _ZoomCarry) -> _ZoomCarry:
+    """On failure, take the best step with sufficient decrease (or a safe one when values blew up)."""
+    use_safe = (c.safe_stepsize > 0.0) | jnp.isinf(c.decrease_error)
+    step, v, g = _select(use_safe, [c.safe_stepsize, c.safe_value, c.safe_grad], [c.stepsize, c.value, c.grad])
+    if cfg.verbose:
+        jax.debug.print(
+            "scale_by_zoom_linesearch: no step met both Wolfe tests within the step budget (value {v0}, "
+            "slope {s0}, last step {st}, decrease error {de}, curvature error {ce}); taking step {t}. A "
+            "non-negative slope means `updates` is not a descent direction.",
+            v0=line.value0, s0=line.slope0, st=c.stepsize, de=c.decrease_error, ce=c.curvature_error, t=step,
+        )  # fmt: skip
+    return c._replace(stepsize=step, value=v, grad=g)
+
+
+def _search_step(cfg: _ZoomSettings, line: _Line, c: _ZoomCarry) -> _ZoomCarry:
+    """One trial: bracketing until a bracket is found, zooming after; the fall-back once the search failed."""
+    new = jax.lax.cond(c.interval_found, functools.partial(_zoom, cfg, line), functools.partial(_bracket, cfg, line), c)
+    new = jax.lax.cond(new.failed, functools.partial(_fall_back, cfg, line), lambda x: x, new)
+    return _cast_like(new, c)
+
+
+def _search_start(line: _Line, grad, guess) -> _ZoomCarry:
+    """The loop state before the first trial: stepsize 0 (value and slope at params), no bracket, no safe step."""
+    zero = jnp.zeros([], guess.dtype)
+    value0, slope0 = line.value0, line.slope0
+    return _ZoomCarry(
+        count=jnp.zeros([], jnp.int32), stepsize_guess=guess, stepsize=zero, value=value0, grad=grad,
+        slope=slope0, decrease_error=jnp.asarray(jnp.inf, guess.dtype),
+        curvature_error=jnp.asarray(jnp.inf, guess.dtype), interval_found=jnp.asarray(False),
+        done=jnp.asarray(False), failed=jnp.asarray(False), low=zero, value_low=value0, slope_low=slope0, high=zero,
+        value_high=value0, slope_high=slope0, cubic_ref=zero, value_cubic_ref=value0, safe_stepsize=zero,
+        safe_value=value0, safe_grad=grad,
+    )  # fmt: skip
+
+
 def scale_by_zoom_linesearch(
     max_linesearch_steps: int,
     max_learning_rate: ArrayLike | None = None,
@@ -391,6 +566,10 @@ def scale_by_zoom_linesearch(
     check_positive(api, "stepsize_precision", stepsize_precision)
     if initial_guess_strategy not in ("keep", "one"):
         raise argument_error(api, "initial_guess_strategy", "one of 'keep', 'one'", initial_guess_strategy)
+    cfg = _ZoomSettings(
+        max_linesearch_steps, max_learning_rate, tol, increase_factor, slope_rtol, curv_rtol, approx_dec_rtol,
+        stepsize_precision, verbose,
+    )  # fmt: skip
 
     def init(params):
         dt = value_dtype(params)
@@ -408,123 +587,11 @@ def scale_by_zoom_linesearch(
     def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra_args):
         check_needs(api, "params", params)
         _check_needs_all(api, value, grad, value_fn)
-        value_and_grad = jax.value_and_grad(functools.partial(value_fn, **_split_fn_kwargs(value_fn, extra_args)))
         dt = jnp.asarray(state.value).dtype  # a state edited with tree.set may hold Python scalars
-        value0 = jnp.asarray(value).astype(dt)
-        slope0 = _slope(grad, updates).astype(dt)
-        grad = _cast_like(grad, params)
-
-        def on_line(stepsize):
-            """Value, gradient and slope of the objective at ``params + stepsize * updates``."""
-            v, g = value_and_grad(_axpy(stepsize, updates, params))
-            g = _cast_like(g, params)
-            return jnp.asarray(v).astype(dt), g, _slope(g, updates).astype(dt)
-
-        def decrease_err(stepsize, v, s):
-            err = v - value0 - slope_rtol * stepsize * slope0
-            if approx_dec_rtol is not None:
-                approx = jnp.maximum(
-                    s - (2 * slope_rtol - 1.0) * slope0, v - value0 - approx_dec_rtol * jnp.abs(value0)
-                )
-                err = jnp.minimum(approx, err)
-            err = jnp.maximum(err, 0.0)
-            return jnp.where(jnp.isnan(err), jnp.inf, err)
-
-        def curvature_err(s):
-            err = jnp.maximum(jnp.abs(s) - curv_rtol * jnp.abs(slope0), 0.0)
-            return jnp.where(jnp.isnan(err), jnp.inf, err)
-
-        def bracket(c: _ZoomCarry) -> _ZoomCarry:
-            """Algorithm 3.5: grow the step until [low, high] brackets an acceptable one."""
-            step = jnp.where(c.count == 0, c.stepsize_guess, increase_factor * c.stepsize)
-            if max_learning_rate is not None:
-                at_max = step >= max_learning_rate
-                step = jnp.minimum(step, max_learning_rate)
-            else:
-                at_max = jnp.asarray(False)
-            v, g, s = on_line(step)
-            dec, curv = decrease_err(step, v, s), curvature_err(s)
-            err = jnp.maximum(dec, curv)
-            safe = dec <= tol
-            safe_step, safe_value, safe_grad = _select(safe, [step, v, g], [c.safe_stepsize, c.safe_value, c.safe_grad])
-            high_is_new = (dec > 0.0) | ((v >= c.value) & (c.count > 0))
-            low_is_new = (s >= 0.0) & ~high_is_new
-            low, v_low, s_low, high, v_high, s_high = _select(
-                low_is_new, [step, v, s, c.stepsize, c.value, c.slope], [c.stepsize, c.value, c.slope, step, v, s]
-            )
-            found = high_is_new | low_is_new | (err <= tol)
-            done = (err <= tol) | (at_max & ~found)
-            failed = (c.count + 1 >= max_linesearch_steps) & ~done
-            return _like(c, c._replace(
-                count=c.count + 1, stepsize=step, value=v, grad=g, slope=s, decrease_error=dec,
-                curvature_error=curv, interval_found=found, done=done, failed=failed, low=low, value_low=v_low,
-                slope_low=s_low, high=high, value_high=v_high, slope_high=s_high, cubic_ref=low,
-                value_cubic_ref=v_low, safe_stepsize=safe_step, safe_value=safe_value, safe_grad=safe_grad,
-            ))  # fmt: skip
-
-        def zoom(c: _ZoomCarry) -> _ZoomCarry:
-            """Algorithm 3.6: shrink the bracket by interpolation until a step passes both tests."""
-            width = jnp.abs(c.high - c.low)
-            left, right = jnp.minimum(c.high, c.low), jnp.maximum(c.high, c.low)
-            cubic = _cubic_minimizer(
-                c.low, c.value_low, c.slope_low, c.high, c.value_high, c.cubic_ref, c.value_cubic_ref
-            )
-            use_cubic = (cubic > left + 0.2 * width) & (cubic < right - 0.2 * width)
-            quad = _quadratic_minimizer(c.low, c.value_low, c.slope_low, c.high, c.value_high)
-            use_quad = ~use_cubic & (quad > left + 0.1 * width) & (quad < right - 0.1 * width)
-            middle = jnp.where(use_cubic, cubic, c.cubic_ref)
-            middle = jnp.where(use_quad, quad, middle)
-            middle = jnp.where(~use_cubic & ~use_quad, (c.low + c.high) / 2.0, middle)
-            v, g, s = on_line(middle)
-            dec, curv = decrease_err(middle, v, s), curvature_err(s)
-            err = jnp.maximum(dec, curv)
-            better_safe = (dec <= tol) & (v < c.safe_value)
-            safe_step, safe_value, safe_grad = _select(
-                better_safe, [middle, v, g], [c.safe_stepsize, c.safe_value, c.safe_grad]
-            )
-            done = err <= tol
-            high_is_middle = (dec > 0.0) | (v >= c.value_low)
-            high_is_low = (s * (c.high - c.low) >= 0.0) & ~high_is_middle
-            high, v_high, s_high = _select(high_is_middle, [middle, v, s], [c.high, c.value_high, c.slope_high])
-            high, v_high, s_high = _select(high_is_low, [c.low, c.value_low, c.slope_low], [high, v_high, s_high])
-            low, v_low, s_low = _select(~high_is_middle, [middle, v, s], [c.low, c.value_low, c.slope_low])
-            ref, v_ref = _select(high_is_middle | high_is_low, [c.high, c.value_high], [c.low, c.value_low])
-            stuck = (c.count + 1 >= max_linesearch_steps) | ((width <= stepsize_precision) & (safe_step > 0.0))
-            return _like(c, c._replace(
-                count=c.count + 1, stepsize=middle, value=v, grad=g, slope=s, decrease_error=dec,
-                curvature_error=curv, done=done, failed=stuck & ~done, low=low, value_low=v_low, slope_low=s_low,
-                high=high, value_high=v_high, slope_high=s_high, cubic_ref=ref, value_cubic_ref=v_ref,
-                safe_stepsize=safe_step, safe_value=safe_value, safe_grad=safe_grad,
-            ))  # fmt: skip
-
-        def fall_back(c: _ZoomCarry) -> _ZoomCarry:
-            """On failure, take the best step with sufficient decrease (or a safe one when values blew up)."""
-            use_safe = (c.safe_stepsize > 0.0) | jnp.isinf(c.decrease_error)
-            step, v, g = _select(use_safe, [c.safe_stepsize, c.safe_value, c.safe_grad], [c.stepsize, c.value, c.grad])
-            if verbose:
-                jax.debug.print(
-                    "scale_by_zoom_linesearch: no step met both Wolfe tests within the step budget (value {v0}, "
-                    "slope {s0}, last step {st}, decrease error {de}, curvature error {ce}); taking step {t}. A "
-                    "non-negative slope means `updates` is not a descent direction.",
-                    v0=value0, s0=slope0, st=c.stepsize, de=c.decrease_error, ce=c.curvature_error, t=step,
-                )  # fmt: skip
-            return c._replace(stepsize=step, value=v, grad=g)
-
-        def body(c):
-            new = jax.lax.cond(c.interval_found, zoom, bracket, c)
-            new = jax.lax.cond(new.failed, fall_back, lambda x: x, new)
-            return _cast_like(new, c)
-
-        zero = jnp.zeros([], dt)
+        line = _line_through(value_fn, _split_fn_kwargs(value_fn, extra_args), params, updates, value, grad, dt)
         guess = jnp.ones([], dt) if initial_guess_strategy == "one" else jnp.asarray(state.learning_rate).astype(dt)
-        start = _ZoomCarry(
-            count=jnp.zeros([], jnp.int32), stepsize_guess=guess, stepsize=zero, value=value0, grad=grad,
-            slope=slope0, decrease_error=jnp.asarray(jnp.inf, dt), curvature_error=jnp.asarray(jnp.inf, dt),
-            interval_found=jnp.asarray(False), done=jnp.asarray(False), failed=jnp.asarray(False), low=zero,
-            value_low=value0, slope_low=slope0, high=zero, value_high=value0, slope_high=slope0, cubic_ref=zero,
-            value_cubic_ref=value0, safe_stepsize=zero, safe_value=value0, safe_grad=grad,
-        )  # fmt: skip
-        final = jax.lax.while_loop(lambda c: ~(c.done | c.failed), body, start)
+        start = _search_start(line, _cast_like(grad, params), guess)
+        final = jax.lax.while_loop(lambda c: ~(c.done | c.failed), functools.partial(_search_step, cfg, line), start)
         new_state = ScaleByZoomLinesearchState(
             learning_rate=final.stepsize,
             value=final.value,

@@ -1,6 +1,7 @@
 """gradax.cli: commands in-process on tiny settings, expression refusals, exit codes, atomic run folders."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +78,10 @@ REFUSALS = [
     ("tree.get(1, 'x')", "attribute access on 'tree' is not allowed", None),
     ("adam(1e-3, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9)", r"adam\(\): too many positional arguments", None),
     ("sgd(learning_rate=-1.0, momentum=2.0)", r"sgd\(\.\.\.\) failed|sgd", None),
+    # gradax.optimizers holds the implementations of top-level names; it is not a namespace of expressions
+    ("optimizers.adam(1e-3)", "attribute access on 'optimizers' is not allowed; known prefixes: contrib, sched", None),
+    # *args/**kwargs are not offered as argument names
+    ("chain(scale(1.0), foo=1)", r"chain\(\) has no argument 'foo' \(arguments: none\)", "^^^^^"),
 ]
 
 
@@ -169,7 +174,7 @@ def test_compare_same_data_order(tmp_path, capsys):
     accs = [r["final_test_accuracy"] for r in rows]
     assert accs == sorted(accs, reverse=True)
     m1, m3 = ((out / f"metrics-{i}.jsonl").read_text() for i in (1, 3))
-    strip = lambda s: [{k: v for k, v in json.loads(x).items() if k != "learning_rate"} for x in s.splitlines()]  # noqa: E731
+    strip = lambda s: [{k: v for k, v in json.loads(x).items() if k != "learning_rate"} for x in s.splitlines()]
     assert strip(m1) == strip(m3)  # same seed, same data order: identical runs
     assert "| rank |" in capsys.readouterr().out
 
@@ -248,17 +253,23 @@ def test_module_entry_point():
     assert hasattr(gradax, "adam") and callable(get_task("digits").init)
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def test_bench_runs_the_suite_of_the_checkout(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    rc = main(["bench", "--size", "tiny", "--repeats", "1", "--only", "sgd_nesterov", "--out", str(out)])
+    argv = ["bench", "--checkout", str(ROOT), "--size", "tiny", "--repeats", "1", "--only", "sgd_nesterov"]
+    rc = main([*argv, "--out", str(out)])
     assert rc == 0
     saved = json.loads(out.read_text())
     assert set(saved["workloads"]) == {"sgd_nesterov"}
 
 
-def test_bench_outside_a_checkout_says_what_to_do(monkeypatch, capsys):
-    from gradax.cli import _main
-
-    monkeypatch.setattr(_main, "benchmarks_root", lambda: None)
+def test_bench_outside_a_checkout_says_what_to_do(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the default: the current folder, which holds no benchmarks/run.py
     assert main(["bench"]) == 2
-    assert "source checkout" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--checkout must name a gradax source checkout (a folder holding benchmarks/run.py)" in err
+    assert "the current folder" in err and "clone the repository" in err
+    assert main(["bench", "--checkout", str(tmp_path / "nowhere"), "--size", "tiny"]) == 2
+    assert "--checkout '" in capsys.readouterr().err

@@ -61,7 +61,7 @@ def _assert_same_run(got: Path, ref: Path, summary: str = "summary.json", suffix
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # bit for bit (NaN == NaN)
         assert m1["records"] == m2["records"] and m1["data"] == m2["data"]
     a, b = (json.loads((f / summary).read_text()) for f in (got, ref))
-    strip = lambda d: [{k: v for k, v in r.items() if k not in TIMINGS} for r in (d if isinstance(d, list) else [d])]  # noqa: E731
+    strip = lambda d: [{k: v for k, v in r.items() if k not in TIMINGS} for r in (d if isinstance(d, list) else [d])]
     assert strip(a) == strip(b)
 
 

@@ -213,7 +213,7 @@ class Checkpoints:
                     for v, t in zip(got["state"][key], jax.tree.leaves(template), strict=True)
                 ]
                 out.append(jax.tree.unflatten(jax.tree.structure(template), leaves))
-        except Exception as e:  # noqa: BLE001 - any failure here means the checkpoint does not fit this run
+        except Exception as e:  # any failure here means the checkpoint does not fit this run
             raise OutputError(
                 f"cannot restore checkpoint {step} from {str(self.directory)!r}: {type(e).__name__}: {e}. It was "
                 "written by another optimizer or task, or is damaged"

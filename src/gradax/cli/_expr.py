@@ -20,8 +20,13 @@ from typing import Any
 
 import gradax
 
-#: Submodules whose public functions may be called as ``prefix.name(...)``.
-SUBMODULES = ("contrib", "schedules", "transforms", "optimizers", "fused")
+from .._base import is_transformation
+
+#: Submodules whose public functions may be called as ``prefix.name(...)``. (``gradax.optimizers`` is not one: it
+#: holds the implementations of names that are public at the top level, ``adam`` rather than ``optimizers.adam``.)
+SUBMODULES = ("contrib", "schedules", "transforms", "fused")
+#: Parameter kinds that take no keyword of their own (``*args``, ``**kwargs``): left out of "arguments: ..." hints.
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 class ExpressionError(ValueError):
@@ -186,7 +191,7 @@ class _Builder:
                 if kw.arg not in params and not has_var_kw:
                     close = difflib.get_close_matches(kw.arg, list(params), n=1)
                     hint = f"; did you mean {close[0]!r}?" if close else ""
-                    valid = ", ".join(p for p in params if params[p].kind not in (4, 2)) or "none"
+                    valid = ", ".join(p for p in params if params[p].kind not in _VARIADIC) or "none"
                     raise self.fail(f"{name}() has no argument {kw.arg!r}{hint} (arguments: {valid})", kw)
             try:
                 bound = sig.bind(*args, **kwargs)
@@ -195,7 +200,7 @@ class _Builder:
             arguments = dict(bound.arguments)
         try:  # built plainly first: its argument checks run on the concrete values
             value = fn(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - any construction error is reported against the call
+        except Exception as e:  # any construction error is reported against the call
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise self.fail(f"{name}(...) failed: {msg}", node) from None
         if self.wrap_lr and check_sig and sig is not None and "learning_rate" in sig.parameters:
@@ -216,7 +221,7 @@ class _Builder:
             state = jax.eval_shape(opt.init, {"w": jnp.zeros((2,), jnp.float32)})
             gradax.tree.get(state, "learning_rate")
             return opt
-        except Exception:  # noqa: BLE001 - fall back to the plain optimizer
+        except Exception:  # fall back to the plain optimizer
             return None
 
 
@@ -265,7 +270,7 @@ def parse_optimizer(expr: str) -> Built:
     """Parse an optimizer expression; the value must be a GradientTransformation."""
     built = parse(expr, wrap_lr=True)
     value = built.value
-    if not (hasattr(value, "init") and hasattr(value, "update")):
+    if not is_transformation(value):
         node = ast.parse(expr.strip(), mode="eval").body
         raise ExpressionError(
             f"expression is a {type(value).__name__}, not an optimizer (GradientTransformation)", expr.strip(), node
@@ -280,8 +285,8 @@ def parse_schedule(expr: str) -> Built:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         c = float(value)
         return Built(lambda count: c + 0.0 * count, name="constant", arguments={"value": c})
-    if not callable(value) or hasattr(value, "init"):
+    if not callable(value) or is_transformation(value):
         node = ast.parse(expr.strip(), mode="eval").body
-        what = "an optimizer" if hasattr(value, "init") else type(value).__name__
+        what = "an optimizer" if is_transformation(value) else type(value).__name__
         raise ExpressionError(f"expression is {what}, not a schedule", expr.strip(), node)
     return built

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ._checkpoint import RunFolder
+from ._common import say as _say
+from ._common import short
 from ._multi import (
     LeaderboardError,
     best_row,
@@ -31,14 +33,12 @@ from ._multi import (
 )
 from ._nanogpt import NANOGPT, adamw_expression
 
+#: Width (characters) of an optimizer expression used as a run's name in progress lines and legends.
+NAME_WIDTH = 40
 
-def _say(*a) -> None:
-    print(*a, flush=True)
 
-
-def _name(expr: str, n: int = 40) -> str:
-    expr = " ".join(expr.split())
-    return expr if len(expr) <= n else expr[: n - 3] + "..."
+def _name(expr: str, n: int = NAME_WIDTH) -> str:
+    return short(expr, n)
 
 
 def run_many(

@@ -25,6 +25,7 @@ import numpy as np
 
 import gradax
 
+from ._common import short
 from ._expr import ExpressionError, _Builder, parse, parse_optimizer
 from ._run import Progress, _strong, step_compiler_options
 from ._tasks import Task
@@ -142,7 +143,7 @@ def run_batched(
     try:
         probe = jax.eval_shape(opt.init, jax.eval_shape(task.init, jax.random.PRNGKey(0)))
         gradax.tree.get(probe, "learning_rate")
-    except Exception:  # noqa: BLE001 - the learning rate cannot be held in the state
+    except Exception:  # the learning rate cannot be held in the state
         raise ExpressionError(
             "--sweep and --seeds need an optimizer whose learning_rate inject_hyperparams can hold as data; this one "
             "cannot. Run it without --sweep/--seeds",
@@ -284,11 +285,6 @@ def _fmt_steps(row: dict) -> str:
     return s + (f" ({row['reached']}/{row['seeds']} seeds)" if row["reached"] < row["seeds"] else "")
 
 
-def _short(expr: str, n: int) -> str:
-    expr = " ".join(expr.split())
-    return expr if len(expr) <= n else expr[: n - 3] + "..."
-
-
 def ranked_table(rows: list[dict], target: float | None) -> str:
     """Markdown: rank, steps to target (if any), final test loss mean ± std, peak lr, time, optimizer."""
     head = "| rank |" + (f" steps to test loss {target:.4g} |" if target is not None else "")
@@ -301,7 +297,7 @@ def ranked_table(rows: list[dict], target: float | None) -> str:
         if row["nonfinite_runs"]:
             loss += f" ({row['nonfinite_runs']} non-finite from step {row['first_nonfinite_step']})"
         cells += [loss, f"{row['final_test_accuracy_mean']:.4f}", lr, f"{row['wall_time_per_run_s']:.1f}"]
-        cells.append(f"`{_short(row['optimizer'], 160)}`")
+        cells.append(f"`{short(row['optimizer'], 160)}`")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -315,7 +311,7 @@ def sweep_table(all_rows: list[list[dict]]) -> str:
             mark = "**" if row is best else ""
             lr = "" if row["peak_lr"] is None else f"{row['peak_lr']:.3g}"
             lines.append(
-                f"| `{_short(row['optimizer'], 80)}` | {mark}{row['lr_factor']:g}{mark} | {lr} | "
+                f"| `{short(row['optimizer'], 80)}` | {mark}{row['lr_factor']:g}{mark} | {lr} | "
                 f"{mark}{row['final_test_loss_mean']:.4f} ± {row['final_test_loss_std']:.4f}{mark} |"
             )
     return "\n".join(lines)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._tasks import Task, _cross_entropy, _WindowSampler, load_text
+from ._tasks import Task, _cross_entropy, _WindowSampler, char_tokens
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,7 @@ NANOGPT_TINY = GPTConfig(
 
 def tokens() -> tuple[np.ndarray, np.ndarray, int]:
     """The shipped text as character ids: (train tokens, validation tokens, vocabulary size)."""
-    text = load_text()
-    chars = sorted(set(text))
-    lookup = np.zeros(256, np.int32)
-    lookup[[ord(c) for c in chars]] = np.arange(len(chars), dtype=np.int32)
-    ids = lookup[np.frombuffer(text.encode("ascii", "replace"), np.uint8)]
-    split = int(0.9 * len(ids))
-    return ids[:split], ids[split:], len(chars)
+    return char_tokens()
 
 
 def val_windows(val_tok: np.ndarray, cfg: GPTConfig) -> tuple[np.ndarray, np.ndarray]:

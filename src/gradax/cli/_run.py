@@ -20,6 +20,7 @@ import numpy as np
 import gradax
 
 from ._checkpoint import Checkpoints, write_atomic
+from ._mesh import Placement, state_bytes
 from ._tasks import Task
 
 
@@ -65,7 +66,7 @@ def read_learning_rate(state: Any) -> float | None:
     try:
         lr = gradax.tree.get(state, "learning_rate")
         return float(np.asarray(lr))
-    except Exception:  # noqa: BLE001 - no (unique) learning rate in this optimizer's state
+    except Exception:  # no (unique) learning rate in this optimizer's state
         return None
 
 
@@ -90,6 +91,7 @@ class History:
     wall_time: float = 0.0
     status: str = "complete"
     stop_step: int | None = None
+    state_bytes: tuple[int, int] | None = None  # (per device, whole) of the final state, under a placement
 
     def final(self, key: str) -> float:
         for r in reversed(self.records):
@@ -126,7 +128,9 @@ def step_compiler_options() -> dict[str, Any] | None:
     return None
 
 
-def make_step_fn(task: Task, optimizer: Any, nan_grads_on_nonfinite_loss: bool = False) -> Callable:
+def make_step_fn(
+    task: Task, optimizer: Any, nan_grads_on_nonfinite_loss: bool = False, shardings: tuple[Any, Any] | None = None
+) -> Callable:
     """The jitted training step ``(params, opt_state, xb, yb) -> (params, opt_state, loss, accuracy, finite)``.
 
     ``finite`` says whether the loss and every gradient entry were finite. With ``nan_grads_on_nonfinite_loss`` a
@@ -135,12 +139,14 @@ def make_step_fn(task: Task, optimizer: Any, nan_grads_on_nonfinite_loss: bool =
     in place, compiled with :func:`step_compiler_options`. The batch's loss, gradient and loss function go to every
     transformation that takes them (line searches and L-BFGS: ``value``, ``grad``, ``value_fn``;
     ``reduce_on_plateau``, ``polyak_sgd``: ``value``); the others ignore them. A ``gradax.fused`` optimizer takes its
-    one-pass ``step`` instead of ``update`` + ``apply_updates``.
+    one-pass ``step`` instead of ``update`` + ``apply_updates``. With ``shardings``, ``(params shardings, state
+    shardings)`` (:class:`~gradax.cli._mesh.Placement`), the step returns params and state placed so, step after step.
     """
     tx = gradax.with_extra_args_support(optimizer)
     fused = isinstance(optimizer, gradax.fused.FusedGradientTransformation)
+    out_shardings = None if shardings is None else (*shardings, None, None, None)
 
-    @jax.jit(donate_argnums=(0, 1), compiler_options=step_compiler_options())
+    @jax.jit(donate_argnums=(0, 1), compiler_options=step_compiler_options(), out_shardings=out_shardings)
     def step_fn(params, opt_state, xb, yb):
         (loss, acc), grads = jax.value_and_grad(task.loss_and_acc, has_aux=True)(params, xb, yb)
         finite = jnp.isfinite(loss)
@@ -191,6 +197,17 @@ def _strong(tree: Any) -> Any:
     return jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), tree)
 
 
+def _placed_init(optimizer: Any, params: Any, state_shardings: Any) -> Any:
+    """``optimizer.init(params)`` created on the devices where ``state_shardings`` puts it (no whole copy first).
+
+    A state leaf that ``jit`` would hand back as a params buffer (a state that starts as a copy of the params) is
+    copied, so that the step can donate params and state.
+    """
+    state = jax.jit(lambda p: _strong(optimizer.init(p)), out_shardings=state_shardings)(params)
+    taken = {id(x) for x in jax.tree.leaves(params)}
+    return jax.tree.map(lambda x: jnp.copy(x) if id(x) in taken else x, state)
+
+
 def train(
     task: Task,
     optimizer: Any,
@@ -205,6 +222,7 @@ def train(
     checkpoints: Checkpoints | None = None,
     checkpoint_every: int | None = None,
     on_nonfinite: str = "stop",
+    placement: Placement | None = None,
 ) -> History:
     """Train ``task`` with ``optimizer``; returns per-step train metrics and periodic test metrics.
 
@@ -214,13 +232,20 @@ def train(
     is bit-identical to one that was never interrupted. ``on_nonfinite="stop"`` ends the run at the first step whose
     loss or gradient is not finite (``status == "nonfinite"``); ``"skip"`` wraps the optimizer in
     :func:`gradax.apply_if_finite` so such steps (a non-finite loss counts as a non-finite gradient) leave parameters
-    and state unchanged (records get ``"skipped"``).
+    and state unchanged (records get ``"skipped"``). With ``placement`` (``--mesh``), params, state and batches live
+    on its mesh (:mod:`gradax.cli._mesh`), checkpoints included; ``History.state_bytes`` is then measured at the end.
     """
     if on_nonfinite == "skip":
         optimizer = gradax.apply_if_finite(optimizer, max_consecutive_errors=SKIP_PATIENCE)
     sampler = task.sampler(seed, batch_size)
     params = _strong(task.init(jax.random.PRNGKey(seed)))
-    opt_state = _strong(optimizer.init(params))  # distinct buffers, none of them a params buffer (tests/contract)
+    shardings = None
+    if placement is None:
+        opt_state = _strong(optimizer.init(params))  # distinct buffers, none of them a params buffer (tests/contract)
+    else:
+        shardings = (placement.params(params), placement.state(optimizer, params))
+        params = jax.device_put(params, shardings[0])
+        opt_state = _placed_init(optimizer, params, shardings[1])
     eval_every = eval_every or max(1, steps // 20)
     hist = History()
     done, wall_before = 0, 0.0
@@ -250,7 +275,7 @@ def train(
     if done >= steps or hist.status == "nonfinite":
         hist.wall_time = wall_before
         return hist
-    step_fn = make_step_fn(task, optimizer, nan_grads_on_nonfinite_loss=on_nonfinite == "skip")
+    step_fn = make_step_fn(task, optimizer, nan_grads_on_nonfinite_loss=on_nonfinite == "skip", shardings=shardings)
     eval_fn = jax.jit(task.loss_and_acc)
     x_test, y_test = (jnp.asarray(a) for a in task.test_data)
     bar = Progress(steps, label, first=done) if progress else None
@@ -260,6 +285,8 @@ def train(
         with _CtrlC() as ctrl_c:
             for i in range(done + 1, steps + 1):
                 xb, yb = next(sampler)
+                if placement is not None:
+                    xb, yb = jax.device_put((xb, yb), placement.batch())
                 params, opt_state, loss, acc, finite = step_fn(params, opt_state, xb, yb)
                 if i == done + 1:
                     loss.block_until_ready()
@@ -297,6 +324,8 @@ def train(
     finally:
         if out is not None:
             out.close()
+    if placement is not None:
+        hist.state_bytes = state_bytes(opt_state)
     now = time.perf_counter()
     hist.wall_time = wall_before + now - t0
     ran = len(hist.records) - done

@@ -178,17 +178,27 @@ def load_text() -> str:
     return _data_path("shakespeare.txt").read_text(encoding="utf-8")
 
 
+#: Share of the shipped text used for training; the rest is held out.
+TRAIN_FRACTION = 0.9
+#: Distinct byte values: the size of the table that maps a character (an ASCII byte) to its id.
+BYTE_VALUES = 256
+
+
+def char_tokens() -> tuple[np.ndarray, np.ndarray, int]:
+    """The shipped text as character ids: (train tokens, held-out tokens, vocabulary size)."""
+    text = load_text()
+    chars = sorted(set(text))
+    lookup = np.zeros(BYTE_VALUES, np.int32)
+    lookup[[ord(c) for c in chars]] = np.arange(len(chars), dtype=np.int32)
+    ids = lookup[np.frombuffer(text.encode("ascii", "replace"), np.uint8)]
+    split = int(TRAIN_FRACTION * len(ids))
+    return ids[:split], ids[split:], len(chars)
+
+
 def shakespeare_task(
     context: int = 64, d_model: int = 64, n_layers: int = 2, n_heads: int = 4, test_sequences: int = 64
 ) -> Task:
-    text = load_text()
-    chars = sorted(set(text))
-    lookup = np.zeros(256, np.int32)
-    lookup[[ord(c) for c in chars]] = np.arange(len(chars), dtype=np.int32)
-    tokens = lookup[np.frombuffer(text.encode("ascii", "replace"), np.uint8)]
-    vocab = len(chars)
-    split = int(0.9 * len(tokens))
-    train_tok, test_tok = tokens[:split], tokens[split:]
+    train_tok, test_tok, vocab = char_tokens()
     # held-out: fixed, non-overlapping windows from the last 10% of the text
     starts = np.linspace(0, len(test_tok) - context - 2, test_sequences).astype(np.int64)
     x_test = np.stack([test_tok[s : s + context] for s in starts])

@@ -1,7 +1,5 @@
 """ACProp: AdaBelief's centred second moment used asynchronously (the denominator lags one step)."""
 
-from __future__ import annotations
-
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 

@@ -1,7 +1,5 @@
 """Adam-mini: Adam with one second-moment value per block (row, attention head or tensor) instead of per entry."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """AdEMAMix (a mixture of a fast and a slow gradient EMA) and its simplified, schedule-free-like variant."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """ADOPT: Adam whose second moment lags one step and normalizes the gradient before the momentum."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 

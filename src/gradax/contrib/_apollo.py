@@ -1,8 +1,6 @@
 """APOLLO and APOLLO-Mini: SGD-like memory, AdamW-like steps, by scaling the raw gradient with factors estimated in a
 random low-rank projection."""
 
-from __future__ import annotations
-
 import math
 from typing import Any, NamedTuple
 

@@ -1,7 +1,5 @@
 """CAME: confidence-guided Adafactor (factored second moment, momentum, and a factored instability estimate)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """COCOB-Backprop: learning-rate-free optimization by coin betting."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

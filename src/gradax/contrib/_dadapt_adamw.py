@@ -1,7 +1,5 @@
 """D-Adaptation for AdamW: the step size is learned from a lower bound on the distance to the solution."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

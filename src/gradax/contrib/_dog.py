@@ -1,7 +1,5 @@
 """DoG and DoWG: step sizes from the distance travelled from the starting point over the gradients seen."""
 
-from __future__ import annotations
-
 from typing import Any, Literal, NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """GaLore: optimizer states in a low-rank subspace of the gradient, refreshed by SVD every few steps."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple

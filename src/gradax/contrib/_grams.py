@@ -1,7 +1,5 @@
 """Grams: Adam's step size with the gradient's sign (gradient descent with adaptive momentum scaling)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -8,8 +8,6 @@ its side is 1, larger than ``max_size_triangular`` (a 50,000-row embedding gets 
 numbers are None) gets PSGD's diagonal preconditioner over its elements, a first-order method.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple

@@ -1,7 +1,5 @@
 """LaProp: Adam with the momentum taken after the RMSProp normalization (decoupling momentum from adaptivity)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

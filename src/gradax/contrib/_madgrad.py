@@ -1,7 +1,5 @@
 """MADGRAD: momentumized, adaptive, dual-averaged gradient method."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

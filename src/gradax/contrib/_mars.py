@@ -1,7 +1,5 @@
 """MARS: variance-reduced AdamW and Lion, with a gradient correction scaled by ``gamma`` and clipped to unit norm."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

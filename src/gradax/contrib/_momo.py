@@ -1,7 +1,5 @@
 """MoMo: SGD-momentum and Adam with a Polyak-type step size built from a model of the loss."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

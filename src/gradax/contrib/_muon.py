@@ -1,7 +1,5 @@
 """Muon (Jordan et al., 2024): momentum orthogonalized by a Newton-Schulz iteration, for matrix parameters."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple

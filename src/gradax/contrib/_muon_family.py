@@ -6,8 +6,6 @@ whose dimension numbers are None) to :func:`gradax.adamw`. The "neurons" of a we
 ``fan_out`` columns of the matrix view (the rows of a PyTorch ``(out, in)`` weight).
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple

@@ -1,7 +1,5 @@
 """Differentially private aggregation of per-example gradients (DP-SGD)."""
 
-from __future__ import annotations
-
 import warnings
 from typing import NamedTuple
 

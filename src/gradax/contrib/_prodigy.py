@@ -1,7 +1,5 @@
 """Prodigy: D-Adaptation AdamW whose distance estimate weights recent gradients more."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

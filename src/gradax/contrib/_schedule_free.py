@@ -1,7 +1,5 @@
 """Schedule-Free learning (Defazio et al., 2024): interpolation and averaging instead of momentum and schedules."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

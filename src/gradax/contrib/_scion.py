@@ -16,8 +16,6 @@ every other leaf, so scalars and vectors take the normalized step of the RMS nor
 and gains) and never a matrix oracle.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple

@@ -1,8 +1,6 @@
 """Shampoo with blocks and grafting (Gupta et al., 2018; Anil et al., 2020; Shi et al., 2023): a Kronecker-factored
 full-matrix AdaGrad per block of each tensor, its step size taken from a simple first-order optimizer."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple

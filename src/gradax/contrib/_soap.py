@@ -1,8 +1,6 @@
 """SOAP (Vyas et al., 2024): Adam run in the eigenbasis of Shampoo's preconditioner, the basis refreshed every few
 steps by one step of QR-based power iteration."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 

@@ -1,7 +1,5 @@
 """Sophia: a clipped, diagonal-Hessian-preconditioned momentum method (Liu et al., 2023)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 

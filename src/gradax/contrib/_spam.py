@@ -1,7 +1,5 @@
 """SPAM: Adam with periodic momentum resets, spike-aware gradient clipping and a cosine warmup after each reset."""
 
-from __future__ import annotations
-
 import math
 from typing import Any, NamedTuple
 

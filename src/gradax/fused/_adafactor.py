@@ -1,7 +1,5 @@
 """gradax.fused.adafactor: Adafactor whose ``step`` takes two passes over each factored matrix on the CPU."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

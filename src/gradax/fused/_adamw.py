@@ -1,7 +1,5 @@
 """gradax.fused.adamw: AdamW whose ``step`` updates and applies in one kernel pass on the CPU."""
 
-from __future__ import annotations
-
 import functools
 from typing import Any, NamedTuple
 

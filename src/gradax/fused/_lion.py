@@ -1,7 +1,5 @@
 """gradax.fused.lion: Lion whose ``step`` updates and applies in one kernel pass on the CPU."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

@@ -1,7 +1,5 @@
 """AdaDelta: steps scaled by the ratio of the RMS of past updates to the RMS of past gradients."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax.numpy as jnp

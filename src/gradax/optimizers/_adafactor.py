@@ -1,7 +1,5 @@
 """Adafactor: second-moment estimates factored into row and column statistics."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 

@@ -1,7 +1,5 @@
 """AdaGrad: scaling by the root of the running sum of squared gradients."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """Adam and its direct recipes: scale_by_adam, adam, adamw, nadam, nadamw."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax
@@ -59,7 +57,7 @@ class FirstMomentHat(NamedTuple):
     next_correction: jax.Array | None  # 1 - b1**(t+1), for Nesterov
 
     @classmethod
-    def at(cls, b1: Any, count_inc: jax.Array, nesterov: bool) -> FirstMomentHat:
+    def at(cls, b1: Any, count_inc: jax.Array, nesterov: bool) -> "FirstMomentHat":
         (beta1,) = hyper_values(b1)
         nxt = debias_factor(beta1, safe_int32_increment(count_inc)) if nesterov else None
         return cls(beta1, 1 - beta1, debias_factor(beta1, count_inc), nxt)
@@ -83,7 +81,7 @@ class AdamScalars(NamedTuple):
     eps_root: jax.Array
 
     @classmethod
-    def at(cls, b1: Any, b2: Any, eps: Any, eps_root: Any, count_inc: jax.Array, nesterov: bool) -> AdamScalars:
+    def at(cls, b1: Any, b2: Any, eps: Any, eps_root: Any, count_inc: jax.Array, nesterov: bool) -> "AdamScalars":
         hat = FirstMomentHat.at(b1, count_inc, nesterov)
         beta2, e, e_root = hyper_values(b2, eps, eps_root)
         return cls(hat, beta2, 1 - beta2, debias_factor(beta2, count_inc), e, e_root)

@@ -1,7 +1,5 @@
 """Variants of Adam that change its second moment: AMSGrad, Adamax, RAdam, AdaBelief and Yogi."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

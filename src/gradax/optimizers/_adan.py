@@ -1,7 +1,5 @@
 """Adan: adaptive Nesterov momentum with moments of the gradient differences."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

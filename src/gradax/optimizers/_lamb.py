@@ -1,7 +1,5 @@
 """LAMB: Adam's step rescaled per layer by a trust ratio."""
 
-from __future__ import annotations
-
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule

@@ -1,7 +1,5 @@
 """L-BFGS: the limited-memory BFGS preconditioner and the optimizer built on it with a line search."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """Lion: sign of an interpolation between the momentum and the gradient."""
 
-from __future__ import annotations
-
 from typing import Any, Literal, NamedTuple
 
 import jax

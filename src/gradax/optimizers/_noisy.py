@@ -1,7 +1,5 @@
 """Noisy SGD: gradient descent with annealed Gaussian gradient noise."""
 
-from __future__ import annotations
-
 import jax
 from jax.typing import ArrayLike
 

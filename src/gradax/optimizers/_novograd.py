@@ -1,7 +1,5 @@
 """NovoGrad: Adam-like steps with a second moment per layer (array) instead of per element."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

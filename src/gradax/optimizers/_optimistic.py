@@ -1,7 +1,5 @@
 """Optimistic gradient methods (for min-max games): optimistic gradient descent and optimistic Adam."""
 
-from __future__ import annotations
-
 import warnings
 from typing import Any, NamedTuple
 

@@ -1,7 +1,5 @@
 """RMSProp: scaling by the root mean square (or the standard deviation) of past gradients."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """Rprop: per-coordinate step sizes adapted from the sign agreement of successive gradients."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """Stochastic gradient descent, with optional (Nesterov) momentum."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from jax.typing import ArrayLike

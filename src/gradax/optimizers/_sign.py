@@ -1,7 +1,5 @@
 """Sign-based methods: scale_by_sign, signSGD and Signum."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

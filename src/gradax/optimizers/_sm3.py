@@ -1,7 +1,5 @@
 """SM3: memory-efficient adaptive scaling with one accumulator per row, column, ... of each array."""
 
-from __future__ import annotations
-
 import functools
 from typing import NamedTuple
 

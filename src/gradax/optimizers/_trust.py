@@ -1,7 +1,5 @@
 """Layer-wise trust ratios: scale_by_trust_ratio and the optimizers built on it (fromage, lars)."""
 
-from __future__ import annotations
-
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike

@@ -2,27 +2,42 @@
 
 ``inject_hyperparams(factory)(**kwargs)`` builds ``factory`` afresh at every step with its numeric hyperparameters
 read from the state, so they can be scheduled, inspected (``state.hyperparams["learning_rate"]``) and changed
-between steps. Which arguments become hyperparameters is decided per argument, without the user listing them:
+between steps. Which arguments become hyperparameters is decided per argument, without the user listing them, by
+one rule:
 
-* floats, float arrays (and numeric arrays) become entries of ``state.hyperparams``;
-* ints become entries only when the factory's parameter takes floats (its annotation mentions ``float``,
-  ``ArrayLike``, ``Schedule``..., or, without annotation, it has no default or a float default); ints such as sizes
-  and step counts (annotated ``int``) stay static, since factories use them for shapes and Python control flow;
-* schedules (any callable, Equinox closures included, passed to a parameter that is not a function-valued one
-  such as ``mask`` or ``*_fn``) are evaluated at every step; stateful schedules (``init``/``update``/call) keep
-  a state in ``hyperparams_states``;
-* everything else (bools, None, strings, dtypes, tuples, masks, PRNG keys, transformations) is passed to the
-  factory unchanged.
+    **An argument is a hyperparameter when its parameter takes numbers and the value is a number, a numeric array
+    or a callable (then evaluated as a schedule at every step); names in** ``static_args`` **and PRNG keys never
+    are.**
+
+* *Takes numbers* is read from the factory's evaluated annotation (``inspect.signature(..., eval_str=True)``): it
+  holds when ``float``, ``complex`` or an array type (``jax.Array``, ``numpy.ndarray``, a NumPy float type) is among
+  the members of the annotation's union, as in ``ScalarOrSchedule``, ``ArrayLike`` and ``float``. So ``int``
+  (sizes, step counts), ``bool``, ``str``, masks (``MaskOrFn``), ``Callable``\\ s and a bare ``Schedule`` (a
+  function that the factory calls itself, such as ``scale_by_schedule``'s ``step_size_fn``) do not take numbers.
+* Fallback, for a parameter whose annotation says nothing (none, ``Any``, ``Any | None``, a string that does not
+  evaluate, or an entry of ``**kwargs``): Optax's rule, numbers and callables are hyperparameters, narrowed in two
+  ways that keep working code working: the parameter takes numbers only if it has no default or a float default
+  (an int default is a size), and never if its name marks a mask or a function (it contains ``mask`` or
+  ``labels``, or ends with ``fn``).
+* A PRNG key is a value of a key dtype, or the argument of a parameter named ``key``, ``seed``, ``rng``,
+  ``rng_key``, ``prng_key`` or ``random_seed`` (a seed, a raw ``uint32`` key).
+* Values that are not numbers or callables (bools, None, strings, dtypes, tuples, pytrees) are passed to the
+  factory unchanged, whatever the parameter. A callable with ``init``/``update`` is a stateful schedule, whose state
+  is kept in ``hyperparams_states``.
 
 Hyperparameters are stored in float32 (float64 under x64) whatever the params' dtype, unless ``hyperparam_dtype`` is
-given, so bfloat16 params never round ``b2=0.999`` to 1. Because gradax's optimizers convert their
-hyperparameters to arrays of that same dtype, the injected optimizer computes exactly what the plain one does.
+given, so bfloat16 params never round ``b2=0.999`` to 1; Python ints given to a parameter that takes numbers are
+stored as floats too, and arrays with a strong dtype (a bfloat16 array included) keep theirs. Because gradax's
+optimizers convert their hyperparameters to arrays of that same dtype, the injected optimizer computes exactly what
+the plain one does.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import types
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -92,77 +107,107 @@ class WrappedSchedule:
         return self.schedule_fn(state.count)
 
 
-# --- deciding what an argument is --------------------------------------------------------------------------------
+# --- the rule: which arguments are hyperparameters (see the module docstring) ----------------------------------------
 
-_FLOAT_WORDS = ("float", "ArrayLike", "Array", "Schedule", "Numeric", "Scalar", "ndarray", "complex")
-_FUNCTION_WORDS = ("Callable", "MaskOrFn", "Mask")
 _STATIC, _NUMERIC, _SCHEDULE, _STATEFUL = "static", "numeric", "schedule", "stateful"
+_NUMBER_TYPES = (float, complex, np.inexact, jax.Array, np.ndarray)
+_KEY_NAMES = frozenset({"key", "seed", "rng", "rng_key", "prng_key", "random_seed"})
+_EMPTY = inspect.Parameter.empty
 
 
-def _annotation_text(param: inspect.Parameter | None) -> str:
-    if param is None or param.annotation is inspect.Parameter.empty:
-        return ""
-    ann = param.annotation
-    return ann if isinstance(ann, str) else repr(ann)
+def _members(annotation: Any) -> tuple[Any, ...]:
+    """The members of a union annotation (``float | jax.Array | Schedule`` gives its three members), else itself."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(member for arg in typing.get_args(annotation) for member in _members(arg))
+    return (annotation,)
 
 
-def _takes_floats(param: inspect.Parameter | None) -> bool:
-    """Whether an int passed to ``param`` is a hyperparameter (the parameter takes floats)."""
-    if param is None:
-        return False
-    text = _annotation_text(param)
-    if text:
-        return any(word in text for word in _FLOAT_WORDS)
-    if param.default is inspect.Parameter.empty:
+def _says_nothing(annotation: Any) -> bool:
+    """Whether an annotation tells nothing about the values: none, ``Any``, ``Any | None``, or an unevaluated string."""
+    if annotation is _EMPTY or isinstance(annotation, str):
         return True
-    return isinstance(param.default, float)
+    return all(member is Any or member is type(None) for member in _members(annotation))
 
 
-def _takes_functions(name: str, param: inspect.Parameter | None) -> bool:
-    """Whether ``param`` takes a function that is not a schedule (a mask, a loss, ``*_fn``...)."""
-    text = _annotation_text(param)
-    if "Schedule" in text:
+def takes_numbers(name: str, param: inspect.Parameter | None) -> bool:
+    """Whether the parameter ``name`` (``param`` is None for an entry of ``**kwargs``) takes numbers.
+
+    It does when its evaluated annotation has ``float``, ``complex`` or an array type among its union's members;
+    for an annotation that says nothing, when it has no default or a float default and its name marks neither a mask
+    nor a function. Parameters of PRNG keys and seeds never take numbers.
+    """
+    if name in _KEY_NAMES:
         return False
-    if any(word in text for word in _FUNCTION_WORDS):
-        return True
-    return "mask" in name or name.endswith("fn") or name in ("labels", "param_labels", "transforms")
+    annotation = _EMPTY if param is None else param.annotation
+    if not _says_nothing(annotation):
+        return any(isinstance(m, type) and issubclass(m, _NUMBER_TYPES) for m in _members(annotation))
+    if "mask" in name or "labels" in name or name.endswith("fn"):
+        return False
+    default = _EMPTY if param is None else param.default
+    return default is _EMPTY or isinstance(default, (float, np.floating))
+
+
+def _is_prng_key(value: Any) -> bool:
+    return isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
 
 
 def _is_stateful_schedule(value: Any) -> bool:
     return callable(value) and callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))
 
 
-_KEY_NAMES = ("key", "seed", "rng", "rng_key", "prng_key", "random_seed")
-_KEY_WORDS = ("PRNGKey", "KeyArray", "prng_key")
-
-
-def _takes_key(name: str, param: inspect.Parameter | None) -> bool:
-    """Whether ``param`` takes a random key or seed (by its name, or by an annotation naming a PRNG key)."""
-    return name in _KEY_NAMES or any(word in _annotation_text(param) for word in _KEY_WORDS)
-
-
-def _kind(name: str, value: Any, param: inspect.Parameter | None) -> str:
-    if _takes_key(name, param):
-        return _STATIC  # random keys and seeds are data for the factory, never hyperparameters
-    if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
-        return _STATIC  # a typed key, whatever the parameter's name
-    if value is None or isinstance(value, (bool, np.bool_, str, bytes, type, np.dtype)):
+def _kind(value: Any, numbers: bool) -> str:
+    """What ``value`` is for a parameter that takes numbers (``numbers``) or not: static, numeric or a schedule."""
+    if not numbers or value is None or isinstance(value, (bool, np.bool_)) or _is_prng_key(value):
         return _STATIC
-    if callable(value):
-        if _takes_functions(name, param):
-            return _STATIC
-        if _is_stateful_schedule(value):
-            return _STATEFUL
-        return _SCHEDULE if is_schedule(value) else _STATIC
-    if isinstance(value, (float, np.floating, complex, np.complexfloating)):
+    if _is_stateful_schedule(value):
+        return _STATEFUL
+    if is_schedule(value):
+        return _SCHEDULE
+    if isinstance(value, (int, float, complex, np.number)):
         return _NUMERIC
-    if isinstance(value, (int, np.integer)):
-        return _NUMERIC if _takes_floats(param) else _STATIC
-    if isinstance(value, (jax.Array, np.ndarray)):
-        # jnp.issubdtype, not numpy's dtype kind: bfloat16 (an ml_dtypes type) has numpy kind "V"
-        numeric = jnp.issubdtype(value.dtype, jnp.number) and not jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
-        return _NUMERIC if numeric else _STATIC
+    # jnp.issubdtype, not numpy's dtype kind: bfloat16 (an ml_dtypes type) has numpy kind "V"
+    if isinstance(value, (jax.Array, np.ndarray)) and jnp.issubdtype(value.dtype, jnp.number):
+        return _NUMERIC
     return _STATIC
+
+
+class _Arguments(NamedTuple):
+    """A call's arguments, sorted by the rule."""
+
+    positional: tuple  # the values of a ``*args`` parameter, passed on unchanged
+    static: dict[str, Any]  # name -> value passed to the factory unchanged
+    numeric: dict[str, Any]  # name -> number or array, stored in ``state.hyperparams``
+    schedules: dict[str, Any]  # name -> stateful schedule (plain schedules wrapped in WrappedSchedule)
+    real_numbers: frozenset[str]  # names of the numeric ones given as real numbers: stored in the float dtype
+
+
+def classify(
+    signature: inspect.Signature, static_args: Iterable[str], args: tuple, kwargs: dict[str, Any]
+) -> _Arguments:
+    """Sorts the arguments of ``factory(*args, **kwargs)`` (``signature`` is the factory's) by the rule."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    positional: tuple = ()
+    sorted_args: dict[str, dict[str, Any]] = {_STATIC: {}, _NUMERIC: {}, _SCHEDULE: {}}
+
+    def place(name: str, value: Any, param: inspect.Parameter | None) -> None:
+        kind = _STATIC if name in static_args else _kind(value, takes_numbers(name, param))
+        if kind == _SCHEDULE:
+            value = WrappedSchedule(value)
+        sorted_args[_SCHEDULE if kind == _STATEFUL else kind][name] = value
+
+    for name, value in bound.arguments.items():
+        param = signature.parameters[name]
+        if param.kind is param.VAR_POSITIONAL:
+            positional = tuple(value)
+        elif param.kind is param.VAR_KEYWORD:
+            for key, item in value.items():
+                place(key, item, None)
+        else:
+            place(name, value, param)
+    numeric = sorted_args[_NUMERIC]
+    real = frozenset(k for k, v in numeric.items() if isinstance(v, (int, float, np.integer, np.floating)))
+    return _Arguments(positional, sorted_args[_STATIC], numeric, sorted_args[_SCHEDULE], real)
 
 
 def _as_hyperparam(value: Any, dtype, to_float: bool) -> jax.Array:
@@ -190,6 +235,108 @@ def _init_schedule(schedule: Any, params: Any) -> Any:
     return schedule.init(params) if takes else schedule.init()
 
 
+# --- the injected transformation ---------------------------------------------------------------------------------
+
+
+class _Injected:
+    """``factory`` rebuilt at every step from the hyperparameters kept in an :class:`InjectStatefulHyperparamsState`."""
+
+    def __init__(self, factory: Callable[..., GradientTransformation], arguments: _Arguments, dtype: Any):
+        self.factory = factory
+        self.arguments = arguments
+        self.requested_dtype = dtype
+
+    def dtype(self) -> Any:
+        # read at init/update time, not at construction: jax.enable_x64 may change the default in between
+        return self.requested_dtype if self.requested_dtype is not None else default_hyperparam_dtype()
+
+    def build(self, hyperparams: dict[str, Any]) -> GradientTransformationExtraArgs:
+        """The factory's transformation for these hyperparameter values."""
+        a = self.arguments
+        return with_extra_args_support(self.factory(*a.positional, **a.static, **hyperparams))
+
+    def stored(self, name: str, value: Any) -> jax.Array:
+        """``value`` of the hyperparameter ``name`` as it is kept in the state."""
+        to_float = name in self.arguments.real_numbers or name in self.arguments.schedules
+        return _as_hyperparam(value, self.dtype(), to_float)
+
+    def init(self, params: Any) -> InjectStatefulHyperparamsState:
+        schedules = self.arguments.schedules
+        hyperparams = {k: self.stored(k, v) for k, v in self.arguments.numeric.items()}
+        schedule_states = {k: _init_schedule(s, params) for k, s in schedules.items()}
+        hyperparams.update({k: self.stored(k, s(schedule_states[k])) for k, s in schedules.items()})
+        return InjectStatefulHyperparamsState(
+            count=jnp.zeros([], jnp.int32),
+            hyperparams=hyperparams,
+            hyperparams_states=schedule_states,
+            # the inner init gets its own copies: a state that keeps a hyperparameter (Prodigy's estim_lr0) must
+            # not hold the hyperparams' buffer, which a donated step would then be handed twice
+            inner_state=self.build({k: jnp.array(v, copy=True) for k, v in hyperparams.items()}).init(params),
+        )
+
+    def advance(self, state: InjectStatefulHyperparamsState, extra_args: dict[str, Any]) -> tuple[dict, dict]:
+        """The hyperparameter values of this step (schedules at the count before the increment) and the schedules'
+        next states."""
+        schedules, schedule_states = self.arguments.schedules, state.hyperparams_states
+        hyperparams = {k: self.stored(k, v) for k, v in state.hyperparams.items()}
+        hyperparams.update({k: self.stored(k, s(schedule_states[k], **extra_args)) for k, s in schedules.items()})
+        return hyperparams, {k: s.update(schedule_states[k], **extra_args) for k, s in schedules.items()}
+
+    @staticmethod
+    def next_state(state, hyperparams, schedule_states, inner_state) -> InjectStatefulHyperparamsState:
+        return InjectStatefulHyperparamsState(
+            count=safe_int32_increment(state.count),
+            hyperparams=hyperparams,
+            hyperparams_states=schedule_states,
+            inner_state=inner_state,
+        )
+
+    def update(self, updates, state, params=None, **extra_args):
+        hyperparams, schedule_states = self.advance(state, extra_args)
+        updates, inner_state = self.build(hyperparams).update(updates, state.inner_state, params, **extra_args)
+        return updates, self.next_state(state, hyperparams, schedule_states, inner_state)
+
+
+def _with_fused_step(inner_factory: Callable, injected: _Injected) -> GradientTransformationExtraArgs:
+    """``injected`` as a transformation; for a factory of ``gradax.fused``, as that factory's result class, keeping
+    its one-pass ``step`` (and its flat step under ``gradax.flatten``)."""
+    fused_class = getattr(inner_factory, "__gradax_fused__", None)
+    if fused_class is None:
+        return GradientTransformationExtraArgs(injected.init, injected.update)
+
+    def step(params, state, grads):
+        hyperparams, schedule_states = injected.advance(state, {})
+        params, inner_state = injected.build(hyperparams).step(params, state.inner_state, grads)
+        return params, injected.next_state(state, hyperparams, schedule_states, inner_state)
+
+    def flat_step(params, state, grads, flat_reference):
+        # the step of gradax.flatten(this): the inner optimizer's flat step on the inner state where it has one,
+        # else flatten(this)'s update + apply_updates
+        hyperparams, schedule_states = injected.advance(state, {})
+        inner_flat = getattr(injected.build(hyperparams), "__dict__", {}).get("_flat_step")
+        if inner_flat is None:
+            return flat_reference(GradientTransformationExtraArgs(injected.init, injected.update))(params, state, grads)
+        params, inner_state = inner_flat(params, state.inner_state, grads, flat_reference)
+        return params, injected.next_state(state, hyperparams, schedule_states, inner_state)
+
+    return fused_class(injected.init, injected.update, step, flat_step)
+
+
+def _factory_signature(api: str, inner_factory: Callable) -> inspect.Signature:
+    """The factory's signature with its annotations evaluated where they can be (string annotations that do not
+    evaluate stay strings, and then say nothing)."""
+    try:
+        return inspect.signature(inner_factory, eval_str=True)
+    except (NameError, AttributeError, SyntaxError, TypeError, ValueError):
+        pass
+    try:
+        return inspect.signature(inner_factory)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"{api}(inner_factory=...) must be a function with a signature; got {inner_factory!r}."
+        ) from error
+
+
 def _factory_name(factory: Callable) -> str:
     return getattr(factory, "__name__", type(factory).__name__)
 
@@ -208,10 +355,16 @@ def inject_hyperparams(
     first update uses ``schedule(0)``), ``inner_factory`` is called with the current values, and its update applied.
     With constant hyperparameters the updates and inner state are identical to those of ``inner_factory(**kwargs)``.
 
+    Which arguments are hyperparameters: **an argument is a hyperparameter when its parameter takes numbers (its
+    annotation has** ``float``, ``complex`` **or an array type among its members, as** ``ScalarOrSchedule`` **and**
+    ``ArrayLike`` **do) and the value is a number, a numeric array or a callable (a schedule); names in**
+    ``static_args`` **and PRNG keys never are.** A parameter without a telling annotation follows Optax's rule
+    (numbers and callables are hyperparameters) if it has no default or a float default and its name marks neither
+    a mask nor a function; the module docs give the details.
+
     Args:
       inner_factory: a function returning a :class:`GradientTransformation` (``gradax.adam``, your own...).
-      static_args: names of arguments to pass unchanged even if numeric (most non-numeric arguments and int sizes
-        are detected as static anyway; see the module docs).
+      static_args: names of arguments to pass unchanged even if the rule makes them hyperparameters.
       hyperparam_dtype: the dtype of the stored float hyperparameters; default float32 (float64 under x64),
         whatever the dtype of the params.
 
@@ -229,120 +382,22 @@ def inject_hyperparams(
       (Array([-0.1, -0.1], dtype=float32), Array(0.1, dtype=float32))
     """
     api = "inject_hyperparams"
-    static = {static_args} if isinstance(static_args, str) else set(static_args)
-    try:
-        signature = inspect.signature(inner_factory)
-    except (TypeError, ValueError) as error:
-        raise TypeError(
-            f"{api}(inner_factory=...) must be a function with a signature; got {inner_factory!r}."
-        ) from error
-    parameters = signature.parameters
-    unknown = static - set(parameters)
+    static = frozenset({static_args} if isinstance(static_args, str) else static_args)
+    signature = _factory_signature(api, inner_factory)
+    unknown = static - set(signature.parameters)
     if unknown:
         raise argument_error(
             api,
             "static_args",
             f"names of parameters of {_factory_name(inner_factory)}",
             sorted(unknown),
-            f"Its parameters are {', '.join(parameters)}",
+            f"Its parameters are {', '.join(signature.parameters)}",
         )
 
     @functools.wraps(inner_factory)
     def wrapped(*args: Any, **kwargs: Any) -> GradientTransformationExtraArgs:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        positional: tuple = ()
-        other: dict[str, Any] = {}
-        numeric: dict[str, Any] = {}
-        schedules: dict[str, Any] = {}
-        float_keys: set[str] = set()
-
-        def classify(name: str, value: Any, param: inspect.Parameter | None) -> None:
-            kind = _STATIC if name in static else _kind(name, value, param)
-            if kind == _NUMERIC:
-                numeric[name] = value
-                if isinstance(value, (float, int, np.number)) and not isinstance(value, (np.complexfloating, complex)):
-                    float_keys.add(name)
-            elif kind == _SCHEDULE:
-                schedules[name] = WrappedSchedule(value)
-            elif kind == _STATEFUL:
-                schedules[name] = value
-            else:
-                other[name] = value
-
-        for name, value in bound.arguments.items():
-            param = parameters[name]
-            if param.kind is param.VAR_POSITIONAL:
-                positional = tuple(value)
-            elif param.kind is param.VAR_KEYWORD:
-                for key, item in value.items():
-                    classify(key, item, None)
-            else:
-                classify(name, value, param)
-
-        def dtype():
-            return hyperparam_dtype if hyperparam_dtype is not None else default_hyperparam_dtype()
-
-        def build(hyperparams: dict[str, Any]) -> GradientTransformationExtraArgs:
-            return with_extra_args_support(inner_factory(*positional, **other, **hyperparams))
-
-        def init(params):
-            target = dtype()
-            hyperparams = {k: _as_hyperparam(v, target, k in float_keys) for k, v in numeric.items()}
-            schedule_states = {k: _init_schedule(s, params) for k, s in schedules.items()}
-            for k, s in schedules.items():
-                hyperparams[k] = _as_hyperparam(s(schedule_states[k]), target, True)
-            return InjectStatefulHyperparamsState(
-                count=jnp.zeros([], jnp.int32),
-                hyperparams=hyperparams,
-                hyperparams_states=schedule_states,
-                # the inner init gets its own copies: a state that keeps a hyperparameter (Prodigy's estim_lr0) must
-                # not hold the hyperparams' buffer, which a donated step would then be handed twice
-                inner_state=build({k: jnp.array(v, copy=True) for k, v in hyperparams.items()}).init(params),
-            )
-
-        def advance(state, extra_args):
-            target = dtype()
-            hyperparams = {k: _as_hyperparam(v, target, k in float_keys) for k, v in state.hyperparams.items()}
-            for k, s in schedules.items():
-                hyperparams[k] = _as_hyperparam(s(state.hyperparams_states[k], **extra_args), target, True)
-            schedule_states = {k: s.update(state.hyperparams_states[k], **extra_args) for k, s in schedules.items()}
-            return hyperparams, schedule_states
-
-        def new_state(state, hyperparams, schedule_states, inner_state):
-            return InjectStatefulHyperparamsState(
-                count=safe_int32_increment(state.count),
-                hyperparams=hyperparams,
-                hyperparams_states=schedule_states,
-                inner_state=inner_state,
-            )
-
-        def update(updates, state, params=None, **extra_args):
-            hyperparams, schedule_states = advance(state, extra_args)
-            updates, inner_state = build(hyperparams).update(updates, state.inner_state, params, **extra_args)
-            return updates, new_state(state, hyperparams, schedule_states, inner_state)
-
-        # a factory of gradax.fused names its result class here: keep its one-pass step
-        fused_class = getattr(inner_factory, "__gradax_fused__", None)
-        if fused_class is None:
-            return GradientTransformationExtraArgs(init, update)
-
-        def step(params, state, grads):
-            hyperparams, schedule_states = advance(state, {})
-            params, inner_state = build(hyperparams).step(params, state.inner_state, grads)
-            return params, new_state(state, hyperparams, schedule_states, inner_state)
-
-        def flat_step(params, state, grads, flat_reference):
-            # the step of gradax.flatten(this): the inner optimizer's flat step on the inner state where it has one,
-            # else flatten(this)'s update + apply_updates
-            hyperparams, schedule_states = advance(state, {})
-            inner_flat = getattr(build(hyperparams), "__dict__", {}).get("_flat_step")
-            if inner_flat is None:
-                return flat_reference(GradientTransformationExtraArgs(init, update))(params, state, grads)
-            params, inner_state = inner_flat(params, state.inner_state, grads, flat_reference)
-            return params, new_state(state, hyperparams, schedule_states, inner_state)
-
-        return fused_class(init, update, step, flat_step)
+        arguments = classify(signature, static, args, kwargs)
+        return _with_fused_step(inner_factory, _Injected(inner_factory, arguments, hyperparam_dtype))
 
     return wrapped
 

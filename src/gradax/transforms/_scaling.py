@@ -1,7 +1,5 @@
 """Scaling updates by a constant, a schedule or a learning rate."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """Mechanic: a learned global scale for any base optimizer."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

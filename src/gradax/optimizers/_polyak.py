@@ -1,7 +1,5 @@
 """Parameter-free step sizes: the Polyak step (SPS) and distance-over-gradients (DoG)."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

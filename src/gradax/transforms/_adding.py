@@ -1,7 +1,5 @@
 """Adding terms to the updates: decoupled weight decay and annealed gradient noise."""
 
-from __future__ import annotations
-
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple

@@ -1,7 +1,7 @@
 """Which optimizer steps copy a params-sized buffer: XLA ``copy`` ops in the compiled, donated step, per library.
 
 A copy in a donated step means XLA could not prove that a kernel reading an old state buffer runs before the kernel
-that overwrites it in place (see ``benchmarks/RESULTS.md``). Counts copies of the two leaves of a small tree in the
+that overwrites it in place (see ``docs/performance.md``). Counts copies of the two leaves of a small tree in the
 step :func:`benchmarks.suite.timing.prepare_jax` compiles, for every optimizer of ``benchmarks.sweep``; ``--xla-option`` as
 in ``benchmarks.run``::
 

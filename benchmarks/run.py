@@ -1,6 +1,6 @@
 """Benchmark suite: the same workloads through gradax, Optax 0.2.8 and torch.optim, in one run.
 
-Run ``python -m benchmarks.run [--size tiny|small|full] [--only NAME] [--repeats N] [--out FILE] [--hlo DIR]``
+Run ``python -m benchmarks.run [--size tiny|small|full] [--only NAME] [--repeats N] [--out FILE] [--merge FILE]``
 (``make bench`` runs ``--size small``). This module is the command line; the parts live in :mod:`benchmarks.suite`.
 
 What is measured, per workload and implementation:
@@ -11,7 +11,8 @@ What is measured, per workload and implementation:
   the gradient tree fixed); repeated ``--repeats`` times with the implementations alternating inside each repeat
   (gradax, optax, torch, gradax, optax, torch, ...) so that drifting machine load hits all of them alike. The
   median and the spread (min..max over repeats) are reported;
-* achieved bandwidth: the bytes the step's math must move (documented per workload in ``BYTES_PER_PARAM`` below,
+* achieved bandwidth: the bytes the step's math must move (documented per workload in
+  ``benchmarks.suite.columns.BYTES_PER_PARAM``,
   the minimum a perfectly fused implementation would read and write) divided by the step time, as a fraction of the
   streaming bandwidth measured in the same run (``jax.jit(lambda x: x + 1.0)`` on a large float32 array: read N,
   write N bytes; a NumPy ``copyto`` is recorded next to it).
@@ -27,6 +28,7 @@ import argparse
 import datetime
 import json
 import os
+import pathlib
 import platform
 import sys
 import time
@@ -35,6 +37,7 @@ from typing import Any
 import jax
 import optax
 
+from .suite.current import merge
 from .suite.report import markdown
 from .suite.runners import run_compile_workload, run_lbfgs, run_step_workload
 from .suite.timing import COMPILER_OPTIONS, add_xla_option_argument, copy_bandwidth, use_xla_options
@@ -69,10 +72,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--only", action="append", default=None, help="workload name (repeatable, substring match)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--steps", type=int, default=None, help="steps per timed repeat (default per size)")
-    ap.add_argument("--out", default="benchmarks/results.json")
+    ap.add_argument("--out", default=None, help="write this run's results (JSON) here")
+    ap.add_argument(
+        "--merge",
+        default=None,
+        help="merge this run's workloads into a results file of the same size, e.g. benchmarks/results.json (the "
+        "current results: then run python -m benchmarks.suite.current)",
+    )
     ap.add_argument("--md", default=None, help="also write the markdown table here")
     ap.add_argument("--hlo", default=None, help="directory to write compiled HLO of every jitted step")
     add_xla_option_argument(ap)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     use_xla_options(args.xla_option)
     cfg = SIZES[args.size]
@@ -113,6 +123,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)
+    if args.merge:
+        current = json.loads(pathlib.Path(args.merge).read_text()) if os.path.exists(args.merge) else {}
+        merged = merge(current, result, " ".join(["python -m benchmarks.run", *argv]))
+        pathlib.Path(args.merge).write_text(json.dumps(merged, indent=1) + "\n")
     if args.md:
         with open(args.md, "w") as fh:
             fh.write(table)

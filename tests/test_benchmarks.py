@@ -6,7 +6,7 @@ import json
 
 import pytest
 from benchmarks import run
-from benchmarks.suite import trees, workloads
+from benchmarks.suite import columns, trees
 
 
 def test_tiny_suite_runs_and_writes_table(tmp_path):
@@ -17,12 +17,12 @@ def test_tiny_suite_runs_and_writes_table(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["size"] == "tiny"
     step_workloads = [name for name, r in saved["workloads"].items() if r["kind"] == "step"]
-    assert set(step_workloads) == set(workloads.BYTES_PER_PARAM)
+    assert set(step_workloads) == set(columns.BYTES_PER_PARAM)
     for name in step_workloads:
         r = saved["workloads"][name]
         assert {"gradax", "optax"} <= set(r["step_s"]) and r["step_s"]["gradax"]["median"] > 0
         # the copy bandwidth its % figures use is timed in every repeat, beside the steps
-        assert r["step_s"][workloads.COPY]["median"] > 0 and r["copy_reference_bytes"] > 0
+        assert r["step_s"][columns.COPY]["median"] > 0 and r["copy_reference_bytes"] > 0
         assert r["compile_s"]["gradax"] > 0 and r["compile_s"]["optax"] > 0
     assert set(saved["workloads"]["compile_clip_adamw"]["compile_s"]) == {
         str(n) for n in trees.SIZES["tiny"]["compile"]
@@ -78,3 +78,25 @@ def test_copies_counts_state_copies_per_library():
 
     out = copies.main(["--only", "lion", "--xla-option", "xla_cpu_copy_insertion_use_region_analysis=true"])
     assert out == {"lion": (0, 0)}  # region analysis orders Lion's read of the old momentum before its overwrite
+
+
+def test_results_md_and_readme_show_results_json():
+    """RESULTS.md's tables and the README's highlights are generated from benchmarks/results.json, the one source."""
+    from benchmarks.suite import current
+
+    assert current.main(["--check"]) == 0, "run python -m benchmarks.suite.current"
+
+
+def test_merge_replaces_the_workloads_of_a_run_and_keeps_the_others():
+    from benchmarks.suite import current
+
+    old = {"size": "full", "workloads": {"a": {"x": 1}, "b": {"x": 2}}}
+    run = {"size": "full", "repeats": 5, "env": {"date": "D"}, "copy_bandwidth": {}, "workloads": {"b": {"x": 3}}}
+    merged = current.merge(old, run, "python -m benchmarks.run --only b")
+    assert merged["workloads"]["a"] == {"x": 1}
+    assert merged["workloads"]["b"]["x"] == 3 and merged["workloads"]["b"]["run"]["command"].endswith("--only b")
+    assert current.merge({}, run, "c")["workloads"]["b"]["x"] == 3
+    with pytest.raises(SystemExit, match="holds --size small results and this run is --size full"):
+        current.merge({"size": "small", "workloads": {}}, run, "c")
+    with pytest.raises(SystemExit, match="README.md has no generated part"):
+        current.replace_generated("no markers", "x", "README.md")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .workloads import COPY, DESCRIPTIONS, FUSED, FUSED_COLUMNS, FUSED_FLAT, IMPLS
+from .columns import COPY, DESCRIPTIONS, FUSED, FUSED_COLUMNS, FUSED_FLAT, IMPLS
 
 
 def reference_bandwidth(result: dict[str, Any], workload: dict[str, Any]) -> float:
-    """Bytes per second of the copy reference timed beside ``workload``'s steps, else of the run's start."""
+    """Bytes per second of the copy reference timed beside ``workload``'s steps, else of its run's start."""
     ref = workload.get("step_s", {}).get(COPY)
     if ref and workload.get("copy_reference_bytes"):
         return 2 * workload["copy_reference_bytes"] / ref["median"]
-    return result["copy_bandwidth"]["jax_add_GBps"] * 1e9
+    return workload.get("run", result)["copy_bandwidth"]["jax_add_GBps"] * 1e9
 
 
 def fmt_t(s: float) -> str:
@@ -31,12 +31,31 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
-def markdown(result: dict[str, Any]) -> str:
-    bw = result["copy_bandwidth"]["jax_add_GBps"] * 1e9
+def header(result: dict[str, Any]) -> list[str]:
+    """What the % of copy bandwidth is relative to; for a file of several runs, which run each workload comes from."""
+    if "copy_bandwidth" in result:  # one run
+        bw = result["copy_bandwidth"]
+        return [
+            f"Copy bandwidth at the start (jitted `x + 1`, read+write): {bw['jax_add_GBps']:.2f} GB/s; "
+            f"NumPy copyto: {bw['numpy_copy_GBps']:.2f} GB/s. The % of copy bandwidth of a step "
+            "workload is relative to the same `x + 1` timed in each of its repeats, beside its steps (notes below).",
+        ]
+    runs: dict[tuple[str, str, str], list[str]] = {}
+    for name, r in result["workloads"].items():
+        runs.setdefault((r["run"]["date"], r["run"]["env"]["cpu"], r["run"]["command"]), []).append(name)
     lines = [
-        f"Copy bandwidth at the start (jitted `x + 1`, read+write): {bw / 1e9:.2f} GB/s; "
-        f"NumPy copyto: {result['copy_bandwidth']['numpy_copy_GBps']:.2f} GB/s. The % of copy bandwidth of a step "
-        "workload is relative to the same `x + 1` timed in each of its repeats, beside its steps (notes below).",
+        "Each workload's newest run. The % of copy bandwidth is relative to the same `x + 1` timed in each repeat "
+        "beside the steps, or, for runs before that reference existed, to the `x + 1` timed at the start of the run.",
+        "",
+    ]
+    for (date, cpu, command), names in sorted(runs.items(), reverse=True):
+        lines.append(f"- {', '.join(names)}: {date[:16].replace('T', ' ')} UTC, {cpu}, `{command}`")
+    return lines
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        *header(result),
         "",
         "| workload | params / leaves | B/param | gradax step (median, min..max) | optax step | torch step "
         "| gradax/optax | gradax/torch | % copy BW gradax / optax / torch | compile gradax / optax (ratio) |",

@@ -16,21 +16,11 @@ import optax
 
 import gradax
 
+from .columns import BYTES_PER_PARAM, COPY, DISPATCH, FUSED, FUSED_COLUMNS, FUSED_FLAT
 from .report import fmt_t, ratio
 from .timing import block, copy_reference, dispatch_floor, prepare_jax, summarize, time_jax, time_torch
 from .trees import make_tree, many_shapes, n_params
-from .workloads import (
-    BYTES_PER_PARAM,
-    COPY,
-    DISPATCH,
-    FUSED,
-    FUSED_COLUMNS,
-    FUSED_FLAT,
-    Workload,
-    clip_adamw,
-    fused_clip_adamw,
-    torch,
-)
+from .workloads import Workload, clip_adamw, fused_clip_adamw, torch
 
 
 def run_step_workload(wl: Workload, repeats: int, steps: int, hlo_dir: str | None) -> dict[str, Any]:
@@ -115,7 +105,7 @@ def run_compile_workload(leaf_counts: tuple[int, ...], repeats: int) -> dict[str
         fused = Workload("compile_fused", shapes, fused_clip_adamw)
         fused_flat = Workload("compile_fused_flat", shapes, lambda o: o.flatten(fused_clip_adamw(o)))
         impls = [("gradax", gradax, wl), ("optax", optax, wl), (FUSED, gradax, fused), (FUSED_FLAT, gradax, fused_flat)]
-        if n <= 1000:  # flatten's concatenation of every leaf compiles no faster (see RESULTS.md): skip the big trees
+        if n <= 1000:  # flatten's concatenation of every leaf compiles no faster: skip the big trees
             impls.append(("gradax_flatten", gradax, flat))
         if n > 2000:  # the XLA steps of both libraries take minutes and over 23 GiB here: the fused ones only
             impls = [x for x in impls if x[0] in FUSED_COLUMNS]

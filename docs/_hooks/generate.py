@@ -1,7 +1,8 @@
 """MkDocs hook: the pages and pictures generated from the library at build time.
 
 - ``cli.md``: the ``--help`` of ``gradax`` and of each subcommand, from ``gradax.cli._main.build_parser`` (never drifts).
-- ``benchmarks.md``: the current table, the newest section of ``benchmarks/RESULTS.md``, with the rerun commands.
+- ``benchmarks.md``: ``benchmarks/RESULTS.md``, the current tables (generated from ``benchmarks/results.json``) with
+  the commands that rerun them.
 - ``guides/schedule-gallery.md``: every schedule of ``gradax.schedules`` plotted (the build fails on a new schedule
   without an example here).
 - ``guides/trajectories.md``: the main optimizers on Rosenbrock, Beale and a saddle.
@@ -73,25 +74,8 @@ def cli_page() -> str:
 
 def benchmarks_page() -> str:
     text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    sections = re.split(r"(?m)^(?=## )", text)
-    intro, newest = sections[0], sections[1] if len(sections) > 1 else ""
-    intro = re.sub(r"(?m)^# .*\n", "", intro, count=1)
-    newest = re.sub(r"(?m)^## ", "## Current results: ", newest, count=1)
-    return "\n".join(
-        [
-            "# Benchmarks",
-            "",
-            "Generated at build time from the newest section of `benchmarks/RESULTS.md` (older runs are in that file",
-            "and its git history). Rerun with `make bench` (small size) or the commands below.",
-            "",
-            "## How the numbers are taken",
-            "",
-            intro.strip(),
-            "",
-            newest.strip(),
-            "",
-        ]
-    )
+    body = re.sub(r"(?m)\A# .*\n", "", text, count=1)
+    return "\n".join(["# Benchmarks", "", "This page is `benchmarks/RESULTS.md` of the repository.", "", body.strip(), ""])
 
 
 # --- schedule gallery ----------------------------------------------------------------------------------------------

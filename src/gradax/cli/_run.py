@@ -119,9 +119,8 @@ def step_compiler_options() -> dict[str, Any] | None:
 
     A step that reads a state buffer in one kernel and overwrites it in place in another (Lion's momentum: the update
     reads the old one, the new one is written over it) gets a full copy of that buffer from XLA:CPU's default copy
-    insertion, which cannot prove the read happens first. The region analysis orders the two kernels instead: Lion,
-    Adan, AdaBelief and the optimistic methods take 1.5-2.8x less time per step on CPU (``benchmarks/RESULTS.md``).
-    Other backends keep their defaults.
+    insertion, which cannot prove the read happens first. The region analysis orders the two kernels instead, which
+    makes such steps faster on CPU (the documentation's performance notes). Other backends keep their defaults.
     """
     if jax.default_backend() == "cpu":
         return {"xla_cpu_copy_insertion_use_region_analysis": True}

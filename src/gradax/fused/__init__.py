@@ -3,7 +3,7 @@
 An optimizer in Optax's API returns updates, and ``apply_updates`` adds them to the params in a second pass. For
 AdamW on the CPU this costs more than the arithmetic: XLA:CPU emits one kernel per output array, so a step is three
 passes per leaf (new ``mu``, new ``nu``, new params) moving 40 bytes per parameter where one pass moves 28, and XLA
-compiles three kernels per leaf (see ``benchmarks/RESULTS.md``).
+compiles three kernels per leaf (see the performance notes of the documentation).
 
 :func:`adamw`, :func:`lion` and :func:`adafactor` return optimizers that are ordinary :class:`gradax.GradientTransformationExtraArgs`
 (``init``/``update`` are those of ``gradax.adamw``/``gradax.lion``/``gradax.adafactor``, or of ``chain(clip_by_global_norm, adamw)``

@@ -1,6 +1,6 @@
 """Every optimizer gradax shares with Optax, one step each, side by side: gradax/Optax step-time ratios.
 
-The suite in ``benchmarks/run.py`` measures the workloads issue 8 names in depth; this sweep checks the promise that
+The suite in ``benchmarks/run.py`` measures a few workloads in depth; this sweep checks the promise that
 no gradax optimizer step is slower than Optax's on the same tree. Each optimizer runs with Optax's defaults (and a
 learning rate) on the GPT-2-shaped tree, params and state donated, repeats alternating the two libraries.
 

@@ -123,6 +123,13 @@ class Placement:
         zero_axis = DATA_AXIS if self.zero else None
         return gradax.sharding.state_shardings(optimizer, params, self.params(params), zero_axis=zero_axis)
 
+    def fallbacks(self, optimizer: Any, params: Any) -> list:
+        """The state leaves placed less split than asked (:func:`gradax.sharding.fallbacks`)."""
+        import gradax
+
+        zero_axis = DATA_AXIS if self.zero else None
+        return gradax.sharding.fallbacks(optimizer, params, self.params(params), zero_axis=zero_axis)
+
     def describe(self) -> str:
         sizes = ", ".join(f"{name}={size}" for name, size in self.mesh.shape.items())
         state = f"ZeRO-1, split along {DATA_AXIS!r}" if self.zero else "replicated like the params"

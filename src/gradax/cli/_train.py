@@ -93,8 +93,13 @@ def keep_resumable(folder: RunFolder):
         raise
 
 
-def _state_memory(placement: Placement, opt, task, seed: int) -> str:
-    """The optimizer state's bytes per device under ``placement`` beside the replicated figure, from shapes only."""
+#: At most this many of the state leaves that stay whole on every device are named in the run's header.
+FALLBACKS_SHOWN = 3
+
+
+def _state_memory(placement: Placement, opt, task, seed: int) -> list[str]:
+    """The optimizer state's bytes per device under ``placement`` beside the replicated figure (from shapes only),
+    and the leaves that could not be split as asked."""
     import jax
 
     import gradax
@@ -103,7 +108,14 @@ def _state_memory(placement: Placement, opt, task, seed: int) -> str:
     state = jax.eval_shape(opt.init, params)
     mine = gradax.sharding.bytes_per_device(state, placement.state(opt, params))
     whole = gradax.sharding.bytes_per_device(state, jax.tree.map(lambda _: placement.replicated(), state))
-    return f"optimizer state per device: {human_bytes(mine)} (replicated: {human_bytes(whole)})"
+    lines = [f"optimizer state per device: {human_bytes(mine)} (replicated: {human_bytes(whole)})"]
+    if placement.zero:
+        kept = placement.fallbacks(opt, params)
+        named = "; ".join(f"{f.path} {f.shape}: {f.reason}" for f in kept[:FALLBACKS_SHOWN])
+        more = f"; and {len(kept) - FALLBACKS_SHOWN} more" if len(kept) > FALLBACKS_SHOWN else ""
+        if kept:
+            lines.append(f"held whole on each device ({len(kept)} state leaves): {named}{more}")
+    return lines
 
 
 def _summary(task, expr: str, config: dict, hist: History) -> dict:
@@ -166,7 +178,8 @@ def cmd_train(args) -> int:
         _say(f"steps: {steps}, batch size: {config['batch_size']}, seed: {config['seed']}")
         if placement is not None:
             _say(placement.describe())
-            _say(_state_memory(placement, opt, task, config["seed"]))
+            for line in _state_memory(placement, opt, task, config["seed"]):
+                _say(line)
         hist = train_one(task, opt, config, folder, "", "", args.quiet, placement)
         if hist.status == "interrupted":
             return interrupted(folder, hist, "train")

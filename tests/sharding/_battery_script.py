@@ -24,10 +24,10 @@ from ..contract.registry import Entry, entries
 
 # Shampoo's inverse roots of the gradient statistics (8 x 8 and 4 x 4 matrices of rank <= 4 here) come out
 # differently once the matrices are partitioned: up to 1.8e-4 on params of size ~1, checked to 1e-3.
-LOOSE = {"contrib.scale_by_shampoo": 1e-3, "contrib.shampoo": 1e-3}
-# SOAP's sharded runs differ from the unsharded one by up to ~1 and from one run to the next (its eigenbases of
-# rank-deficient statistics): an open issue, reported; its placement is still checked, its numbers are not.
-NUMBERS_UNCHECKED = {"contrib.soap", "contrib.scale_by_soap"}
+# SOAP's eigenbases are fixed where the statistics leave them free (null spaces, signs: see _soap._eigenbasis), so
+# the sharded run follows the unsharded one to float32 rounding amplified by the preconditioner: 3.8e-5 at most here
+# (on unit-size updates of scale_by_soap), 8e-5 over 25 steps with 12 refreshes; checked to 1e-4.
+LOOSE = {"contrib.scale_by_shampoo": 1e-3, "contrib.shampoo": 1e-3, "contrib.scale_by_soap": 1e-4, "contrib.soap": 1e-4}
 
 
 def _params():
@@ -69,8 +69,6 @@ def check(entry, params, param_shardings, grads):
             bad.append(f"{jax.tree_util.keystr(path)} {leaf.shape} is not split 8 ways ({want.spec})")
     if bad:
         return False, "state placement: " + "; ".join(bad)
-    if entry.name in NUMBERS_UNCHECKED:
-        return False, None
     want_p, want_s = reference(params, grads)
     got, want = (
         [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x) for x in t]

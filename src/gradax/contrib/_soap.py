@@ -37,10 +37,51 @@ class SOAPState(NamedTuple):
     bases: Any  # per leaf, a tuple: the eigenbasis Q of each axis's statistics (or None)
 
 
+def _null_tolerance(scale: jax.Array, d: int, dtype) -> jax.Array:
+    """Values at most ``scale * d * eps`` (NumPy's ``matrix_rank`` rule) are zero to working precision."""
+    return scale * d * jnp.finfo(dtype).eps
+
+
+def _canonical_signs(q: jax.Array) -> jax.Array:
+    """``q`` with each column's sign chosen so that its weighted sum (weights ``1 + i / d``) is >= 0: a basis has
+    no sign of its own (SOAP's update does not see one); fixing it keeps the state the same whatever the rounding."""
+    d = q.shape[-2]
+    w = 1.0 + jnp.arange(d, dtype=q.dtype) / d
+    return q * jnp.where(w @ q < 0, -1.0, 1.0).astype(q.dtype)
+
+
+def _complete(q: jax.Array, bad: jax.Array) -> jax.Array:
+    """``q`` with its ``bad`` columns replaced by a canonical orthonormal basis of the complement of the others.
+
+    The basis is the eigenvectors of ``P D P`` (``P`` the projector on the complement, ``D = diag((i + 1)^2)``) of
+    nonzero eigenvalue, a continuous function of the complement itself, given to the bad columns in index order.
+    """
+    d = q.shape[-1]
+    good = q * (~bad).astype(q.dtype)
+    perp = jnp.eye(d, dtype=q.dtype) - jnp.matmul(good, good.T, precision=_HIGHEST)
+    weights = jnp.square(jnp.arange(1, d + 1, dtype=q.dtype))
+    _, z = jnp.linalg.eigh(jnp.matmul(perp * weights, perp, precision=_HIGHEST), symmetrize_input=True)
+    # the compression's k nonzero eigenvalues (>= 1) are its last k
+    k = jnp.sum(bad)
+    pick = jnp.clip(d - k + jnp.cumsum(bad) - 1, 0, d - 1)
+    return jnp.where(bad, jnp.take(z, pick, axis=1), q)
+
+
 def _eigenbasis(s: jax.Array) -> jax.Array:
-    """The eigenvectors of a symmetric ``s``, by decreasing eigenvalue."""
-    _, q = jnp.linalg.eigh(s, symmetrize_input=True)
-    return q[:, ::-1]
+    """The eigenvectors of a symmetric ``s``, by decreasing eigenvalue; the null space gets a canonical basis.
+
+    A statistic built from few gradients is rank-deficient (``G G^T`` of an ``m x n`` gradient, ``m > n``, has an
+    ``(m - n)``-dimensional null space), and ``eigh`` returns for it an orthonormal basis that rounding alone picks:
+    the last bit of ``s`` (another device partitioning, another backend) rotates it arbitrarily, and Adam's
+    element-wise step in the rotated basis changes by O(1). Every basis of the null space is an eigenbasis; this one
+    (:func:`_complete`) depends on the null space only.
+    """
+    w, q = jnp.linalg.eigh(s, symmetrize_input=True)
+    d = s.shape[-1]
+    if d == 0:
+        return q
+    null = w <= _null_tolerance(jnp.max(jnp.abs(w)), d, s.dtype)
+    return _canonical_signs(_complete(q, null)[:, ::-1])
 
 
 def _power_qr(stats: tuple, bases: tuple) -> tuple:
@@ -50,15 +91,31 @@ def _power_qr(stats: tuple, bases: tuple) -> tuple:
     Putting them back keeps each column paired with the same second-moment entry, which is what the reference does by
     permuting the second moment instead: the same update, with the second moment never gathered (it stays laid out,
     and sharded, like the parameters).
+
+    Where ``L`` is rank-deficient, Gram-Schmidt meets columns of ``L Q`` with nothing left beyond the columns before
+    them (``|R_jj|`` zero to working precision) and the reference normalises their rounding noise into arbitrary
+    directions; here those columns get the canonical basis of what the others leave (see :func:`_eigenbasis`), so the
+    result does not depend on rounding.
     """
     out = []
     for s, q in zip(stats, bases):
         if s is None:
             out.append(None)
             continue
+        d = q.shape[-1]
+        if d == 0:
+            out.append(q)
+            continue
         lq = jnp.matmul(s, q, precision=_HIGHEST)
-        order = jnp.argsort(-jnp.sum(q * lq, axis=0), stable=True)
-        out.append(jnp.linalg.qr(lq[:, order])[0][:, jnp.argsort(order)])
+        est = jnp.sum(q * lq, axis=0)
+        order = jnp.argsort(-est, stable=True)
+        _, r = jnp.linalg.qr(lq[:, order])
+        diag = jnp.abs(jnp.diagonal(r))
+        bad = jnp.zeros(d, bool).at[order].set(diag <= _null_tolerance(jnp.max(diag), d, s.dtype))
+        # again without them: Gram-Schmidt in the same order over the columns of L Q that add a direction, then the
+        # previous basis's columns of the others (in index order) for what those leave
+        order = jnp.argsort(jnp.where(bad, d + jnp.arange(d), jnp.argsort(order)))
+        out.append(_canonical_signs(jnp.linalg.qr(jnp.where(bad, q, lq)[:, order])[0][:, jnp.argsort(order)]))
     return tuple(out)
 
 

@@ -8,12 +8,14 @@ Tree errors name the key path where two trees diverge and what was found there.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 
 from ._hyperparams import is_concrete
+
+T = TypeVar("T")
 
 
 def _show(value: Any) -> str:
@@ -120,16 +122,17 @@ class MissingArgumentError(ValueError, TypeError):
     Optax, whose ``value``/``grad``/``value_fn`` are required keyword-only arguments) raises for it."""
 
 
-def check_needs(api: str, arg: str, value: Any, what: str = "") -> None:
-    """Raises when an argument ``update`` needs (``params``, ``value``, ``grad``, ...) is missing (None)."""
+def check_needs(api: str, arg: str, value: T | None, what: str = "") -> T:
+    """Raises when an argument ``update`` needs (``params``, ``value``, ``grad``, ...) is missing (None); else returns
+    it (not None, for the type checker)."""
     if value is None:
         detail = f" {what}" if what else ""
         raise MissingArgumentError(
-            f"{api}: update(...) needs `{arg}`{detail}; got None. "
-            f"Call update(updates, state, {arg}={arg})"
+            f"{api}: update(...) needs `{arg}`{detail}; got None. Call update(updates, state, {arg}={arg})"
             if arg != "params"
             else f"{api}: update(...) needs `params`{detail}; got None. Call update(updates, state, params)."
         )
+    return value
 
 
 # --- trees --------------------------------------------------------------------------------------------------------
@@ -190,7 +193,9 @@ def _same_kind(a: Any, b: Any) -> bool:
     return isinstance(a, dict) and isinstance(b, dict)
 
 
-def tree_mismatch_error(api: str, arg: str, expected: Any, got: Any, prefix_ok: bool = False, fix: str = "") -> ValueError:
+def tree_mismatch_error(
+    api: str, arg: str, expected: Any, got: Any, prefix_ok: bool = False, fix: str = ""
+) -> ValueError:
     """A ``ValueError`` naming the key path where ``got`` (argument ``arg``) departs from ``expected``."""
     found = find_divergence(expected, got, prefix_ok=prefix_ok)
     if found is None:

@@ -28,6 +28,7 @@ def compute_dtype(dtype) -> jnp.dtype:
     if dtype in _LOW_PRECISION:
         return jnp.dtype(jnp.float32)
     if not jnp.issubdtype(dtype, jnp.inexact):  # int/bool leaves (Python ints in params): float arithmetic
+        # pyrefly: ignore[missing-attribute] - jax.config's flags are attributes made at run time
         return jnp.dtype(jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
     return dtype
 

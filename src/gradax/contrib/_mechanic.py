@@ -83,7 +83,7 @@ def mechanize(
 
     def init(params):
         dt = _params_dtype(params, "lowest")
-        zeros = lambda: jnp.zeros([num_betas], dt)  # noqa: E731 - one buffer per field (donation-safe)
+        zeros = lambda: jnp.zeros([num_betas], dt)  # one buffer per field (donation-safe)
         return MechanicState(
             base_optimizer_state=base.init(params),
             count=jnp.zeros([], jnp.int32),
@@ -124,7 +124,7 @@ def mechanize(
             r.astype(state.r.dtype),
             m.astype(state.m.dtype),
             v.astype(state.v.dtype),
-            s.astype(state.s.dtype),
+            jnp.asarray(s, state.s.dtype),
             x0,
         )
         return out, new

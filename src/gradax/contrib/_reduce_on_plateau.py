@@ -16,12 +16,12 @@ from .._numerics import safe_int32_increment, state_dtype
 class ReduceLROnPlateauState(NamedTuple):
     """State of :func:`reduce_on_plateau`."""
 
-    scale: ArrayLike  # current multiplier of the updates
-    best_value: ArrayLike  # best (lowest) accumulated value seen
-    plateau_count: ArrayLike  # accumulation windows without improvement
-    cooldown_count: ArrayLike  # windows left before plateaus are counted again
-    count: ArrayLike  # values accumulated in the current window
-    avg_value: ArrayLike  # running mean of the values in the current window
+    scale: jax.Array  # current multiplier of the updates
+    best_value: jax.Array  # best (lowest) accumulated value seen
+    plateau_count: jax.Array  # accumulation windows without improvement
+    cooldown_count: jax.Array  # windows left before plateaus are counted again
+    count: jax.Array  # values accumulated in the current window
+    avg_value: jax.Array  # running mean of the values in the current window
 
 
 def _params_dtype(params: Any, handler: str) -> Any:

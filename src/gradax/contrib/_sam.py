@@ -112,7 +112,7 @@ def sam(
 
     def opaque_update(updates, state, params=None, *, grad_fn: Callable | None = None, **extra_args):
         del extra_args
-        check_needs(api, "grad_fn", grad_fn, "(opaque_mode=True computes the adversarial gradients with it)")
+        grad_fn = check_needs(api, "grad_fn", grad_fn, "(opaque_mode=True computes the adversarial gradients with it)")
         check_needs(api, "params", params)
         adv_params, grads, adv_state = params, updates, state.adv_state
         for i in range(sync_period - 1):

@@ -7,6 +7,8 @@ a probability, so extreme logits give finite losses and gradients.
 
 from __future__ import annotations
 
+from typing import overload
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -119,6 +121,10 @@ def softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike, axis: Axis = -1,
     return -jnp.sum(labels * log_probs, axis=axis, where=where)
 
 
+@overload
+def _where_per_logit(where: None, ndim: int, axis: Axis) -> None: ...
+@overload
+def _where_per_logit(where: ArrayLike, ndim: int, axis: Axis) -> jax.Array: ...
 def _where_per_logit(where: ArrayLike | None, ndim: int, axis: Axis) -> jax.Array | None:
     """``where`` with the class axis (or axes) added when it was given per row (shape ``[batch]``), as Optax allows."""
     if where is None:
@@ -362,7 +368,7 @@ def sigmoid_focal_loss(
     loss = jnp.exp(gamma * log_one_minus_pt) * cross_entropy
     if alpha is not None:
         loss = (alpha * labels + (1.0 - alpha) * (1.0 - labels)) * loss
-    return loss
+    return jnp.asarray(loss)  # an array already; asarray tells the type checker (alpha may be a NumPy array)
 
 
 def smooth_labels(labels: ArrayLike, alpha: ArrayLike, *, axis: Axis = -1, where: ArrayLike | None = None):

@@ -17,7 +17,7 @@ def ranking_softmax_loss(
     *,
     where: ArrayLike | None = None,
     weights: ArrayLike | None = None,
-    reduce_fn: Callable[..., ArrayLike] | None = jnp.mean,
+    reduce_fn: Callable[..., jax.Array] | None = jnp.mean,
 ) -> jax.Array:
     r"""Listwise softmax cross entropy between relevance labels and item scores.
 

@@ -52,9 +52,9 @@ def scale_gradient(inputs, scale: ArrayLike):
       Array(3., dtype=float32)
     """
     if is_concrete(scale) and np.ndim(scale) == 0:
-        if float(scale) == 1.0:
+        if float(np.asarray(scale)) == 1.0:
             return inputs
-        if float(scale) == 0.0:
+        if float(np.asarray(scale)) == 0.0:
             return jax.lax.stop_gradient(inputs)
     return _scaled_identity(inputs, jnp.asarray(scale))
 

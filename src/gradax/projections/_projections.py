@@ -20,7 +20,7 @@ from .._checks import tree_mismatch_error
 
 def _vdot(a: Any, b: Any) -> jax.Array:
     parts = jax.tree.leaves(jax.tree.map(lambda x, y: jnp.sum(x * y), a, b))
-    return sum(parts) if parts else jnp.zeros([])
+    return sum(parts[1:], parts[0]) if parts else jnp.zeros([])
 
 
 def _like(api: str, arg: str, tree: Any, value: Any) -> Any:

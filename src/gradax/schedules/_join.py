@@ -50,7 +50,7 @@ def join_schedules(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> 
     def schedule(step: ArrayLike) -> ArrayLike:
         value = schedules[0](step)
         for boundary, following in zip(boundaries, schedules[1:]):
-            value = jnp.where(step < boundary, value, following(step - boundary))
+            value = jnp.where(jnp.less(step, boundary), value, following(step - boundary))
         return value
 
     return schedule

@@ -13,6 +13,7 @@ Conventions shared by every schedule here:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -216,7 +217,7 @@ def exponential_decay(
         if staircase:
             p = jnp.floor(p)
         value = jnp.where(elapsed <= 0, init_value, init_value * jnp.power(decay_rate, p))
-        if clip_fn is not None:
+        if clip_fn is not None and end_value is not None:
             value = clip_fn(value, end_value)
         return value
 
@@ -488,7 +489,7 @@ def warmup_exponential_decay_schedule(
     peak_value: ArrayLike,
     warmup_steps: int,
     transition_steps: int,
-    decay_rate: ArrayLike,
+    decay_rate: float,
     transition_begin: int = 0,
     staircase: bool = False,
     end_value: ArrayLike | None = None,
@@ -515,7 +516,7 @@ def warmup_exponential_decay_schedule(
     )
 
 
-def sgdr_schedule(cosine_kwargs: Iterable[dict[str, ArrayLike]]) -> Schedule:
+def sgdr_schedule(cosine_kwargs: Iterable[dict[str, Any]]) -> Schedule:
     """Warm restarts: :func:`warmup_cosine_decay_schedule` cycles one after the other.
 
     Each dict of ``cosine_kwargs`` holds the arguments of one cycle; cycle ``i`` starts at the sum of the

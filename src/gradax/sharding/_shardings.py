@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -65,8 +64,8 @@ def _param_shardings(params: Any, param_shardings: Any) -> list[NamedSharding]:
     """One NamedSharding per params leaf (``param_shardings`` may be a prefix, or None to read the params')."""
     leaves = jax.tree.leaves(params)
     if param_shardings is None:
-        found = [getattr(p, "sharding", None) for p in leaves]
-        if not all(isinstance(s, NamedSharding) for s in found):
+        found = [s for s in (getattr(p, "sharding", None) for p in leaves) if isinstance(s, NamedSharding)]
+        if len(found) != len(leaves):
             raise argument_error(
                 _API,
                 "param_shardings",
@@ -365,7 +364,7 @@ def _hlo_itemsize(dtype: str) -> int:
     return 0 if bits is None else max(1, int(bits.group()) // 8)
 
 
-def collective_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, int]:
+def collective_bytes(fn: jax.stages.Wrapped, *args: Any, **kwargs: Any) -> dict[str, int]:
     """The bytes each device receives from collectives in one call of ``fn``, by collective kind.
 
     ``fn`` is a jitted function (``jax.jit(...)``) and ``args`` its arguments (arrays or ``ShapeDtypeStruct`` with
@@ -381,7 +380,7 @@ def collective_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[
       >>> gradax.sharding.collective_bytes(jax.jit(lambda x: x * 2), jnp.zeros(4))
       {'total': 0}
     """
-    text = fn.lower(*args, **kwargs).compile().as_text()
+    text = fn.lower(*args, **kwargs).compile().as_text() or ""
     out: dict[str, int] = {}
     for match in _COLLECTIVE.finditer(text):
         size = 0

@@ -177,6 +177,28 @@ def init_empty_state(params: Params) -> EmptyState:
     return EmptyState()
 
 
+def is_transformation(x: Any) -> bool:
+    """Whether ``x`` can be used as a gradient transformation: it has callable ``init`` and ``update`` attributes.
+
+    A :class:`GradientTransformation` has them, and so has any object that keeps the same two-function contract (an
+    Optax transformation, a user's own class). The one test every wrapper and combinator applies to its inputs.
+    """
+    return callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
+
+
+def check_transformation(
+    api: str,
+    arg: str,
+    value: Any,
+    fix: str = "Pass a transformation such as gradax.adam(1e-3)",
+    constraint: str = "a GradientTransformation",
+) -> None:
+    """Raises ``TypeError("<api>(<arg>=...) must be <constraint>; got <type>. <fix>.")`` unless
+    :func:`is_transformation` holds for ``value``."""
+    if not is_transformation(value):
+        raise TypeError(f"{api}({arg}=...) must be {constraint}; got {type(value).__name__}. {fix.rstrip('.')}.")
+
+
 def with_extra_args_support(tx: GradientTransformation) -> GradientTransformationExtraArgs:
     """Wraps ``tx`` so that its ``update`` accepts (and ignores) extra keyword arguments.
 
@@ -184,11 +206,12 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
     """
     if isinstance(tx, GradientTransformationExtraArgs):
         return tx
-    if not isinstance(tx, GradientTransformation) and not (hasattr(tx, "init") and hasattr(tx, "update")):
-        raise TypeError(
-            f"with_extra_args_support(tx=...) must be a GradientTransformation; got {type(tx).__name__}. "
-            "Build one with a gradax transformation or GradientTransformation(init, update)."
-        )
+    check_transformation(
+        "with_extra_args_support",
+        "tx",
+        tx,
+        "Build one with a gradax transformation or GradientTransformation(init, update)",
+    )
     inner_update = tx.update
 
     def update(updates, state, params=None, **extra_args):

@@ -60,6 +60,16 @@ def value_at(hyperparam: Any, count: jax.Array, dtype=None) -> jax.Array:
     return as_value(value, dtype)
 
 
+def hyper_values(*values: Any) -> tuple[jax.Array, ...]:
+    """The hyperparameters as arrays (:func:`as_value`), behind an optimization barrier.
+
+    The barrier keeps XLA from specializing the arithmetic on constant hyperparameters (reassociating or folding
+    them), so a step compiled with Python numbers is bit-identical to one with traced values, as under
+    ``inject_hyperparams``.
+    """
+    return jax.lax.optimization_barrier(tuple(as_value(v) for v in values))
+
+
 def is_concrete(x: Any) -> bool:
     """Whether ``x`` is a concrete value (not a tracer, not a schedule) that can be checked at construction."""
     if is_schedule(x) or x is None:

@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tests._stepping import run
+
 
 def params_and_grads(dtype=jnp.float32, steps=10, seed=0):
     """Small params tree and a list of gradient trees."""
@@ -11,18 +13,6 @@ def params_and_grads(dtype=jnp.float32, steps=10, seed=0):
     params = {"w": jnp.asarray(rng.normal(size=(3, 2)), dtype), "b": jnp.asarray(rng.normal(size=(2,)), dtype)}
     grads = [jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), dtype), params) for _ in range(steps)]
     return params, grads
-
-
-def run(tx, params, grads, extra=None):
-    """Applies ``tx`` over ``grads`` (params move); returns the list of updates and the final state."""
-    state = tx.init(params)
-    step = jax.jit(lambda g, s, p: tx.update(g, s, p, **(extra or {})))
-    outs = []
-    for g in grads:
-        u, state = step(g, state, params)
-        params = jax.tree.map(lambda p, d: (p + d).astype(p.dtype), params, u)
-        outs.append(u)
-    return outs, state, params
 
 
 def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
@@ -54,8 +44,8 @@ def check_oracle(gx, ox, params=None, grads=None, rtol=1e-5, atol=1e-6, extra=No
     """gradax and Optax give the same updates (and states) over 10 steps."""
     if params is None:
         params, grads = params_and_grads()
-    ug, sg, _ = run(gx, params, grads, extra)
-    uo, so, _ = run(ox, params, grads, extra)
+    ug, sg, _ = run(gx, params, grads, extra=extra)
+    uo, so, _ = run(ox, params, grads, extra=extra)
     assert_trees_close(ug, uo, rtol, atol)
     if state:
         assert _shape_of(sg) == _shape_of(so)

@@ -8,6 +8,7 @@ import numpy as np
 import optax  # the test oracle
 
 import gradax
+from tests._stepping import run
 
 
 def tree(seed: int = 0, dtype=jnp.float32, shapes=None):
@@ -17,28 +18,14 @@ def tree(seed: int = 0, dtype=jnp.float32, shapes=None):
     return {n: jax.random.normal(k, shapes[n], dtype) for k, n in zip(keys, sorted(shapes))}
 
 
-def run(tx, params, steps=10, lib=gradax, extra=None, grad_fn=None):
-    """Runs ``tx`` ``steps`` jitted steps; returns (list of params, final state)."""
-    state = tx.init(params)
-    step = jax.jit(lambda g, s, p, e: tx.update(g, s, p, **e))
-    out = []
-    for i in range(steps):
-        if grad_fn is None:
-            g = tree(100 + i, shapes={k: jnp.shape(v) for k, v in params.items()})
-        else:
-            g = grad_fn(params)
-        e = extra(i, params) if extra else {}
-        u, state = step(g, state, params, e)
-        params = lib.apply_updates(params, u)
-        out.append(params)
-    return out, state
-
-
 def assert_matches_optax(make, params=None, steps=10, rtol=1e-5, atol=1e-6, extra=None, grad_fn=None, state=True):
     """``make(lib)`` from gradax and from optax give the same params (and state leaves) over ``steps`` steps."""
     params = tree() if params is None else params
-    ours, s1 = run(make(gradax), params, steps, gradax, extra, grad_fn)
-    theirs, s2 = run(make(optax), params, steps, optax, extra, grad_fn)
+    shapes = {k: jnp.shape(v) for k, v in params.items()}
+    grads = (lambda i, p: grad_fn(p)) if grad_fn else (lambda i, p: tree(100 + i, shapes=shapes))
+    extra_at = (lambda i, p, g: extra(i, p)) if extra else None
+    _, s1, ours = run(make(gradax), params, grads, steps, extra=extra_at, apply=gradax.apply_updates)
+    _, s2, theirs = run(make(optax), params, grads, steps, extra=extra_at, apply=optax.apply_updates)
     for a, b in zip(ours, theirs):
         jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a, b)
     if state:

@@ -6,7 +6,8 @@ import optax
 import pytest
 
 import gradax
-from tests.contrib._common import check_abstract_and_bf16, converges, params_and_grads, run
+from tests._stepping import run
+from tests.contrib._common import check_abstract_and_bf16, converges, params_and_grads
 
 
 def _reference(grads, b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16, residual_uses_new_m=True):

@@ -6,7 +6,8 @@ import optax
 import pytest
 
 import gradax
-from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges, run
+from tests._stepping import run
+from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ import optax
 import pytest
 
 import gradax
-from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges, params_and_grads, run
+from tests._stepping import run
+from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges, params_and_grads
 
 
 @pytest.mark.parametrize("kw", [{}, {"alpha": 10.0, "eps": 1e-4}, {"learning_rate": 0.5, "weight_decay": 0.1}])

@@ -6,7 +6,8 @@ import numpy as np
 import optax
 
 import gradax
-from tests.contrib._common import assert_trees_close, check_oracle, run
+from tests._stepping import run
+from tests.contrib._common import assert_trees_close, check_oracle
 
 
 def _complex_problem(steps=6):

@@ -7,7 +7,8 @@ import optax
 import pytest
 
 import gradax
-from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges, params_and_grads, run
+from tests._stepping import run
+from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges, params_and_grads
 
 _SCHED = lambda c: 1.0 / (1.0 + c)  # noqa: E731
 

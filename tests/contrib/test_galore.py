@@ -7,6 +7,7 @@ import optax
 import pytest
 
 import gradax
+from tests._stepping import run
 from tests.contrib._common import assert_trees_close
 
 
@@ -17,15 +18,8 @@ def _tree(seed, dtype=jnp.float32):
 
 
 def _run(tx, lib, steps=8, dtype=jnp.float32):
-    params = _tree(0, dtype)
-    state = tx.init(params)
-    step = jax.jit(tx.update)
-    outs = []
-    for k in range(steps):
-        u, state = step(_tree(k + 1, dtype), state, params)
-        params = lib.apply_updates(params, u)
-        outs.append(u)
-    return outs, state
+    updates, state, _ = run(tx, _tree(0, dtype), lambda k, _: _tree(k + 1, dtype), steps, apply=lib.apply_updates)
+    return updates, state
 
 
 def _both(make, rtol=1e-5, atol=1e-6):

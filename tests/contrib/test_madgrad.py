@@ -7,7 +7,8 @@ import optax
 import pytest
 
 import gradax
-from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges, params_and_grads, run
+from tests._stepping import run
+from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges, params_and_grads
 
 
 @pytest.mark.parametrize("kw", [{}, {"momentum": 0.0}, {"momentum": 0.5, "eps": 1e-3}])

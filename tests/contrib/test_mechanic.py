@@ -7,7 +7,8 @@ import optax
 import pytest
 
 import gradax
-from tests.contrib._common import assert_trees_close, check_oracle, converges, params_and_grads, run
+from tests._stepping import run
+from tests.contrib._common import assert_trees_close, check_oracle, converges, params_and_grads
 
 
 @pytest.mark.parametrize("kw", [{}, {"weight_decay": 0.0, "num_betas": 3}])

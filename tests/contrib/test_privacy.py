@@ -9,6 +9,7 @@ import optax
 import pytest
 
 import gradax
+from tests._stepping import run
 from tests.contrib._common import assert_trees_close
 
 B = 3
@@ -24,13 +25,8 @@ def _params(dtype=jnp.float32):
 
 
 def _run(tx, steps=10, dtype=jnp.float32):
-    state = tx.init(_params(dtype))
-    step = jax.jit(tx.update)
-    outs = []
-    for k in range(steps):
-        u, state = step(_per_example(k, dtype), state)
-        outs.append(u)
-    return outs, state
+    updates, state, _ = run(tx, _params(dtype), lambda k, _: _per_example(k, dtype), steps, apply=None)
+    return updates, state
 
 
 @pytest.mark.parametrize("key", [0, 7, "typed"])

@@ -123,7 +123,9 @@ def test_errors():
         contrib.schedule_free_sgd(-1)
     with pytest.raises(ValueError, match=r"schedule_free_adamw\(b2=\.\.\.\) must be in \[0, 1\); got 1\.5"):
         contrib.schedule_free_adamw(b2=1.5)
-    with pytest.raises(ValueError, match=r"schedule_free\(base_optimizer=\.\.\.\) must be a GradientTransformation"):
+    with pytest.raises(
+        TypeError, match=r"schedule_free\(base_optimizer=\.\.\.\) must be a GradientTransformation; got float"
+    ):
         contrib.schedule_free(1.0, 0.1)
     with pytest.raises(ValueError, match=r"schedule_free: update\(\.\.\.\) needs `params`"):
         opt = contrib.schedule_free_sgd()

@@ -8,6 +8,7 @@ import numpy as np
 import optax  # the test oracle
 
 import gradax
+from tests._stepping import run
 
 
 def params_tree(dtype=jnp.float32):
@@ -27,23 +28,12 @@ def grads_at(params, i: int):
     return treedef.unflatten([jax.random.normal(k, p.shape, p.dtype) for k, p in zip(keys, leaves)])
 
 
-def run(tx, params, steps: int = 10, lib=gradax):
-    """Runs ``tx`` jitted for ``steps`` steps; returns the list of updates and the final state."""
-    state = tx.init(params)
-    step = jax.jit(tx.update)
-    outs = []
-    for i in range(steps):
-        updates, state = step(grads_at(params, i), state, params)
-        params = lib.apply_updates(params, updates)
-        outs.append(updates)
-    return outs, state
-
-
 def assert_matches_optax(make, steps: int = 10, rtol: float = 1e-5, atol: float = 1e-6, params=None):
     """``make(lib)`` built from gradax and from Optax gives the same updates and state over ``steps`` steps."""
     params = params_tree() if params is None else params
-    ours, our_state = run(make(gradax), params, steps, gradax)
-    theirs, their_state = run(make(optax), params, steps, optax)
+    grads = lambda i, p: grads_at(p, i)
+    ours, our_state, _ = run(make(gradax), params, grads, steps, apply=gradax.apply_updates)
+    theirs, their_state, _ = run(make(optax), params, grads, steps, apply=optax.apply_updates)
     for a, b in zip(ours, theirs):
         assert jax.tree.structure(a) == jax.tree.structure(b)
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):

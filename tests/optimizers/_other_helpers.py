@@ -8,6 +8,7 @@ import numpy as np
 import optax  # the test oracle
 
 import gradax
+from tests._stepping import run
 
 
 def random_tree(seed: int = 0, dtype=jnp.float32, shapes=None):
@@ -17,25 +18,19 @@ def random_tree(seed: int = 0, dtype=jnp.float32, shapes=None):
     return {name: jax.random.normal(k, shapes[name], dtype) for k, name in zip(keys, sorted(shapes))}
 
 
-def run(tx, params, steps: int = 10, seed: int = 1, extra_args=None, lib=gradax):
-    """Runs ``tx`` under jit for ``steps`` steps on random gradients; returns (list of updates, final state)."""
-    state = tx.init(params)
-    step = jax.jit(lambda g, s, p, e: tx.update(g, s, p, **e))
-    outs = []
-    for i in range(steps):
-        grads = random_tree(seed + 100 * i, shapes={k: jnp.shape(v) for k, v in params.items()})
-        extra = extra_args(params, grads, lib) if extra_args else {}
-        updates, state = step(grads, state, params, extra)
-        params = lib.apply_updates(params, updates)
-        outs.append(updates)
-    return outs, state
+def random_grads(seed: int = 1):
+    """``grads(i, params)`` for :func:`tests._stepping.run`: random gradients shaped like ``params`` at step ``i``."""
+    return lambda i, params: random_tree(seed + 100 * i, shapes={k: jnp.shape(v) for k, v in params.items()})
 
 
 def assert_matches_optax(make, params=None, steps: int = 10, rtol: float = 1e-5, atol: float = 1e-6, extra_args=None):
     """``make(lib)`` built with gradax and with optax gives the same updates and state leaves over ``steps`` steps."""
     params = random_tree() if params is None else params
-    ours, our_state = run(make(gradax), params, steps, extra_args=extra_args, lib=gradax)
-    theirs, their_state = run(make(optax), params, steps, extra_args=extra_args, lib=optax)
+    runs = []
+    for lib in (gradax, optax):
+        extra = (lambda i, p, g, lib=lib: extra_args(p, g, lib)) if extra_args else None
+        runs.append(run(make(lib), params, random_grads(), steps, extra=extra, apply=lib.apply_updates))
+    (ours, our_state, _), (theirs, their_state, _) = runs
     for a, b in zip(ours, theirs):
         jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a, b)
     our_leaves = jax.tree.leaves(our_state)

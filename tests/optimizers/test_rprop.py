@@ -7,7 +7,8 @@ import optax  # the test oracle
 import pytest
 
 import gradax
-from tests.optimizers._other_helpers import converges, random_tree, run
+from tests._stepping import run
+from tests.optimizers._other_helpers import converges, random_grads, random_tree
 
 
 def reference_rprop(grads, lr, eta_minus=0.5, eta_plus=1.2, lo=1e-6, hi=50.0):
@@ -30,8 +31,8 @@ def test_matches_reference_and_optax_state():
     """gradax's updates follow iRprop-; its state equals Optax's; Optax's updates lag one step (differences.md)."""
     params = random_tree()
     kwargs = {"learning_rate": 0.1, "eta_minus": 0.4, "eta_plus": 1.3, "max_step_size": 0.3}
-    ours, our_state = run(gradax.scale_by_rprop(**kwargs), params, steps=12)
-    theirs, their_state = run(optax.scale_by_rprop(**kwargs), params, steps=12)
+    ours, our_state, _ = run(gradax.scale_by_rprop(**kwargs), params, random_grads(), 12)
+    theirs, their_state, _ = run(optax.scale_by_rprop(**kwargs), params, random_grads(), 12)
     grads = [random_tree(1 + 100 * i) for i in range(12)]
     for name in params:
         ref = reference_rprop([g[name] for g in grads], 0.1, 0.4, 1.3, 1e-6, 0.3)

@@ -9,6 +9,7 @@ import pytest
 
 import gradax
 from gradax._base import GradientTransformationExtraArgs
+from tests import _stepping
 
 PARAMS = {"w": jnp.array([1.0, -2.0, 0.5]), "b": jnp.array(0.3)}
 
@@ -18,14 +19,10 @@ def grads(i, dtype=jnp.float32):
 
 
 def run(opt, n=8, dtype=jnp.float32):
+    """The updates and final state of ``n`` steps at fixed params."""
     params = jax.tree.map(lambda p: p.astype(dtype), PARAMS)
-    state = opt.init(params)
-    step = jax.jit(opt.update)
-    out = []
-    for i in range(n):
-        u, state = step(grads(i, dtype), state, params)
-        out.append(u)
-    return out, state
+    updates, state, _ = _stepping.run(opt, params, lambda i, _: grads(i, dtype), n, apply=None)
+    return updates, state
 
 
 def assert_same(a, b):

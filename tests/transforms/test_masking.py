@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from tests._stepping import run
 
 import gradax
 from gradax.transforms._masking import resolve_labels, resolve_mask
@@ -15,13 +16,9 @@ GRADS = jax.tree.map(lambda x: 0.3 * x + 0.1, PARAMS)
 
 
 def _run(tx, steps=4, params=PARAMS):
-    state = tx.init(params)
-    update = jax.jit(tx.update)
-    p = params
-    for _ in range(steps):
-        u, state = update(jax.tree.map(lambda x: 0.3 * x + 0.1, p), state, p)
-        p = jax.tree.map(lambda a, b: a + b, p, u)
-    return p, state
+    """The params after ``steps`` steps on the gradients ``0.3 p + 0.1``, and the state."""
+    _, state, history = run(tx, params, lambda i, p: jax.tree.map(lambda x: 0.3 * x + 0.1, p), steps)
+    return history[-1], state
 
 
 def _close(a, b, rtol=1e-6):

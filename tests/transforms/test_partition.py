@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from tests._stepping import run
 
 import gradax
 
@@ -60,11 +61,9 @@ PARAMS = {"a": jnp.array([1.0, -2.0]), "b": {"c": jnp.array([0.5, 1.5, -1.0]), "
 
 
 def _run(tx, steps=4):
-    state, p = tx.init(PARAMS), PARAMS
-    for _ in range(steps):
-        u, state = jax.jit(tx.update)(jax.tree.map(lambda x: 0.3 * x + 0.1, p), state, p)
-        p = jax.tree.map(lambda a, b: a + b, p, u)
-    return p, state
+    """The params after ``steps`` steps on the gradients ``0.3 p + 0.1``, and the state."""
+    _, state, params = run(tx, PARAMS, lambda i, p: jax.tree.map(lambda x: 0.3 * x + 0.1, p), steps)
+    return params[-1], state
 
 
 CASES = [

@@ -5,11 +5,11 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from .._checks import check_decay, check_non_negative
+from .._hyperparams import hyper_values
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
+from .._state import zeros_state_like
 from ..optimizers._adam_variants import ScaleByBeliefState
-from ..optimizers._moments import hyper_values
-from ..transforms._accumulation import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate

@@ -9,10 +9,10 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
 from .._checks import argument_error, check_decay, check_int, check_non_negative
+from .._hyperparams import hyper_values
 from .._maps import map_n
 from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
-from ..optimizers._moments import hyper_values
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._masking import broadcast_prefix, resolve_labels

@@ -8,11 +8,10 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_decay, check_non_negative
-from .._hyperparams import value_at
+from .._hyperparams import hyper_values, value_at
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
-from ..optimizers._moments import hyper_values
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate

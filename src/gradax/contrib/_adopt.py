@@ -9,11 +9,11 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, ScalarOrSchedule
 from .._checks import check_callable_or_none, check_decay, check_non_negative
+from .._hyperparams import hyper_values
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
+from .._state import zeros_state_like
 from ..optimizers._adam import ScaleByAdamState
-from ..optimizers._moments import hyper_values
-from ..transforms._accumulation import zeros_state_like
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 

@@ -10,7 +10,8 @@ from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
 from .._checks import check_decay, check_needs, check_non_negative
 from .._hyperparams import as_value, hyperparam_dtype, value_at
 from .._maps import map_n
-from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, zeros_for
+from .._numerics import compute_dtype, safe_int32_increment
+from .._state import zeros_state_like
 from ._dadapt_common import tensor_vdot
 
 
@@ -35,10 +36,6 @@ class MomoAdamState(NamedTuple):
     count: jax.Array
 
 
-def _zeros(params):
-    return jax.tree.map(lambda p: zeros_for(p, compute_dtype(leaf_dtype(p))), params)
-
-
 def _tree_sum(tree) -> jax.Array:
     leaves = jax.tree.leaves(tree)
     return sum((jnp.sum(x) for x in leaves), jnp.zeros([], hyperparam_dtype()))
@@ -48,7 +45,7 @@ def _init(state_cls, n_moments, lower_bound):
     """``init`` of momo (one moment tree) and momo_adam (two): zero moments and averages, lb = lower_bound."""
 
     def init(params):
-        moments = [_zeros(params) for _ in range(n_moments)]
+        moments = [zeros_state_like(params) for _ in range(n_moments)]
         lb = jnp.asarray(as_value(lower_bound), hyperparam_dtype())
         zero = lambda: jnp.zeros([], hyperparam_dtype())  # noqa: E731 - one buffer per field (donation-safe)
         return state_cls(*moments, zero(), zero(), lb, jnp.zeros([], jnp.int32))

@@ -11,7 +11,8 @@ from jax.typing import ArrayLike
 from .._base import GradientTransformation, Params, ScalarOrSchedule, init_empty_state
 from .._checks import argument_error, check_decay, check_int, check_non_negative, check_one_of
 from .._hyperparams import as_value
-from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from .._numerics import compute_dtype, safe_int32_increment
+from .._state import zeros_state_like
 from ..optimizers._adam import adamw
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
@@ -191,7 +192,7 @@ def scale_by_muon(
     _check(api, ns_coeffs, ns_steps, beta, eps, preconditioning)
 
     def init(params):
-        mu = jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p), mu_dtype)), params)
+        mu = zeros_state_like(params, mu_dtype)
         return MuonState(jnp.zeros([], jnp.int32), mu, _ns_coeffs_array(api, ns_coeffs, ns_steps))
 
     def update(updates, state, params=None):

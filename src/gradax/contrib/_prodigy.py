@@ -11,7 +11,7 @@ from .._checks import check_decay, check_needs, check_positive
 from .._hyperparams import as_value, value_at
 from .._maps import map_n
 from .._numerics import at_first_step, compute_dtype, safe_int32_increment
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
 from ._dadapt_common import check_dadapt_args, sqrt_decay, tensor_vdot, with_complement
 
 

@@ -11,9 +11,10 @@ from .._base import (
     GradientTransformationExtraArgs,
     Params,
     ScalarOrSchedule,
+    check_transformation,
     with_extra_args_support,
 )
-from .._checks import argument_error, check_int, check_interval, check_needs, check_non_negative
+from .._checks import check_int, check_interval, check_needs, check_non_negative
 from .._hyperparams import as_value, hyperparam_dtype, value_at
 from .._numerics import compute_dtype, safe_int32_increment
 from ..optimizers._rms import scale_by_rms
@@ -103,8 +104,7 @@ def schedule_free(
       <https://arxiv.org/abs/2405.15682>`_, NeurIPS 2024.
     """
     api = "schedule_free"
-    if not (hasattr(base_optimizer, "init") and hasattr(base_optimizer, "update")):
-        raise argument_error(api, "base_optimizer", "a GradientTransformation", base_optimizer)
+    check_transformation(api, "base_optimizer", base_optimizer)
     _check_common(api, learning_rate, b1, weight_lr_power)
     base = with_extra_args_support(base_optimizer)
 

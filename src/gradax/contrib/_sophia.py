@@ -12,7 +12,8 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Sca
 from .._checks import check_decay, check_needs, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
-from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from .._numerics import compute_dtype, safe_int32_increment
+from .._state import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -54,8 +55,8 @@ def _scale_by_sophia(
     def init(params):
         return SophiaState(
             count=jnp.zeros([], jnp.int32),
-            mu=jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p), mu_dtype)), params),
-            nu=jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p))), params),
+            mu=zeros_state_like(params, mu_dtype),
+            nu=zeros_state_like(params),
             hessian_fn_state=hess.init(params),
         )
 

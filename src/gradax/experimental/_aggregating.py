@@ -25,7 +25,8 @@ from .._base import (
     with_extra_args_support,
 )
 from .._checks import argument_error, check_int, check_interval
-from .._numerics import leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from .._numerics import safe_int32_increment
+from .._state import zeros_state_like
 from ..transforms._combining import chain
 
 PerElementUpdates: TypeAlias = Any
@@ -181,7 +182,7 @@ def accumulate_avg_updates(accumulation_steps: int) -> GradientTransformationExt
         return AccumulateAvgUpdatesState(
             micro_step=jnp.zeros([], jnp.int32),
             ready=jnp.zeros([], bool),
-            avg_grad=jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p))), params),
+            avg_grad=zeros_state_like(params),
         )
 
     def update(updates, state, params=None, **extra_args):
@@ -298,12 +299,11 @@ def get_per_element_mean_and_sum_sq_diff_grads(
         return Aggregator(init_empty_state, update_single)
 
     def init(params):
-        zeros = lambda p: zeros_for(p, state_dtype(leaf_dtype(p)))  # noqa: E731
         return PerElementMeanAndSumSqDiffGradsState(
             micro_step=jnp.zeros([], jnp.int32),
             ready=jnp.zeros([], bool),
-            mean_grads=jax.tree.map(zeros, params),
-            sum_sq_diff_grads=jax.tree.map(zeros, params),
+            mean_grads=zeros_state_like(params),
+            sum_sq_diff_grads=zeros_state_like(params),
         )
 
     def update(per_elt_updates, state, params=None, **extra_args):
@@ -373,12 +373,11 @@ def track_per_element_mean_and_variance_with_ema(ema_decay: ArrayLike = 0.9) -> 
     check_interval(api, "ema_decay", ema_decay, 0.0, 1.0, high_closed=False)
 
     def init(params):
-        zeros = lambda p: zeros_for(p, state_dtype(leaf_dtype(p)))  # noqa: E731
         return PerElementMeanAndVarianceEMAState(
             count=jnp.zeros([], jnp.int32),
             ema_decay=jnp.asarray(ema_decay, jnp.float32),
-            mean_grads_ema=jax.tree.map(zeros, params),
-            variance_grads_ema=jax.tree.map(zeros, params),
+            mean_grads_ema=zeros_state_like(params),
+            variance_grads_ema=zeros_state_like(params),
         )
 
     def update(updates, state, params=None, *, sum_sq_diff_grads=None, sample_size=None, **extra_args):

@@ -10,10 +10,10 @@ from .._checks import check_decay, check_non_negative
 from .._hyperparams import as_value, is_schedule
 from .._maps import map_n
 from .._numerics import compute_dtype
+from .._state import full_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._rms import full_state_like
 
 
 class ScaleByAdaDeltaState(NamedTuple):

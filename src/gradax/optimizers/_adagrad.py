@@ -11,10 +11,10 @@ from .._checks import check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype
+from .._state import full_state_like
 from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._rms import full_state_like
 
 
 class ScaleByRssState(NamedTuple):

@@ -8,14 +8,14 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_positive
-from .._hyperparams import as_value
+from .._hyperparams import as_value, hyper_values
 from .._numerics import abs_sq
+from .._state import full_state_like
 from ..transforms._adding import add_decayed_weights, decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import AdamScalars, FirstMomentHat, ScaleByAdamState, check_adam_args
-from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values, moment_transformation, zero_moments
-from ._rms import full_state_like
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf, moment_transformation, zero_moments
 
 
 class ScaleByAmsgradState(NamedTuple):

@@ -8,14 +8,15 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_decay
+from .._hyperparams import hyper_values
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import check_adam_args
-from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf
 
 
 class ScaleByAdanState(NamedTuple):

@@ -12,10 +12,12 @@ from .._base import (
     Params,
     ScalarOrSchedule,
     Updates,
+    check_transformation,
     identity,
 )
 from .._checks import check_int, check_needs
-from .._numerics import abs_sq, safe_int32_increment, zeros_for
+from .._numerics import abs_sq, safe_int32_increment
+from .._state import zeros_like_params
 from ..transforms._combining import chain
 from ..transforms._linesearch import scale_by_zoom_linesearch, value_dtype
 from ..transforms._scaling import scale, scale_by_learning_rate
@@ -116,7 +118,7 @@ def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True) -> Gr
     def init(params):
         dt = value_dtype(params)
         # one buffer per field (a donated state must not hold one buffer twice)
-        zeros = lambda: jax.tree.map(lambda p: zeros_for(p), params)  # noqa: E731
+        zeros = lambda: zeros_like_params(params)  # noqa: E731
         stacked = lambda: jax.tree.map(lambda p: jnp.zeros((memory_size, *np.shape(p)), p.dtype), params)  # noqa: E731
         return ScaleByLBFGSState(
             count=jnp.zeros([], jnp.int32),
@@ -218,10 +220,13 @@ def lbfgs(
       Nocedal and Wright, 2006, "Numerical Optimization", chapters 3 and 7.
     """
     check_int("lbfgs", "memory_size", memory_size, low=1)
-    if linesearch is not None and not (hasattr(linesearch, "init") and hasattr(linesearch, "update")):
-        raise TypeError(
-            f"lbfgs(linesearch=...) must be a GradientTransformation or None; got {linesearch!r:.80}. "
-            "Pass e.g. gradax.scale_by_zoom_linesearch(max_linesearch_steps=20)."
+    if linesearch is not None:
+        check_transformation(
+            "lbfgs",
+            "linesearch",
+            linesearch,
+            "Pass e.g. gradax.scale_by_zoom_linesearch(max_linesearch_steps=20)",
+            constraint="a GradientTransformation or None",
         )
     base_scaling = scale(-1.0) if learning_rate is None else scale_by_learning_rate(learning_rate)
     return chain(

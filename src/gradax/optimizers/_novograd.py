@@ -8,14 +8,13 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, ScalarOrSchedule, Updates
 from .._checks import check_needs, check_non_negative
-from .._hyperparams import value_at
+from .._hyperparams import hyper_values, value_at
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype, safe_int32_increment, state_dtype
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import check_adam_args
-from ._moments import hyper_values
 
 
 class ScaleByNovogradState(NamedTuple):

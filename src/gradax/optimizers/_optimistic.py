@@ -9,15 +9,14 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import argument_error
-from .._hyperparams import is_schedule
+from .._hyperparams import hyper_values, is_schedule
 from .._maps import map_n
 from .._numerics import compute_dtype
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
 from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._adam import check_adam_args, scale_by_adam
-from ._moments import hyper_values
 
 
 class ScaleByOptimisticGradientState(NamedTuple):

@@ -4,7 +4,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import (
@@ -18,7 +17,8 @@ from .._base import (
 from .._checks import check_decay, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
-from .._numerics import abs_sq, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from .._numerics import abs_sq, compute_dtype, safe_int32_increment
+from .._state import full_state_like
 from ..transforms._accumulation import trace
 from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
@@ -51,22 +51,6 @@ class ScaleByRStdDevWithCountState(NamedTuple):
     count: jax.Array  # shape=(), dtype=int32: the number of updates so far
     mu: Params  # like params: EMA of the gradients
     nu: Params  # like params: EMA of the squared gradients
-
-
-def full_state_like(params: Params, value, dtype=None) -> Params:
-    """Arrays filled with ``value``, shaped like ``params`` (arrays or ``ShapeDtypeStruct``), in the state dtype.
-
-    Every array is a buffer of its own, never ``value``'s: ``jnp.full`` of a scalar shape returns its fill array
-    itself, and a state holding one buffer twice (or the injected hyperparameter's) cannot be donated.
-    """
-
-    def leaf(p):
-        dt = state_dtype(leaf_dtype(p), dtype)
-        if isinstance(p, jax.Array):  # keeps the param's sharding, eagerly and under jit
-            return zeros_for(p, dt) + jnp.asarray(value, dt)
-        return jnp.full(np.shape(p), jnp.array(value, dt, copy=True))
-
-    return jax.tree.map(leaf, params)
 
 
 def _scaled(g, variance, eps, eps_in_sqrt: bool):

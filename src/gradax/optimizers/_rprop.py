@@ -2,7 +2,6 @@
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
@@ -10,10 +9,10 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Par
 from .._checks import check_interval, check_non_negative, check_positive
 from .._hyperparams import as_value, is_schedule, value_at
 from .._maps import map_n
-from .._numerics import compute_dtype, leaf_dtype, state_dtype, zeros_for
+from .._numerics import compute_dtype
+from .._state import full_state_like, zeros_state_like
 from ..transforms._combining import chain
 from ..transforms._scaling import scale
-from ._rms import full_state_like
 
 
 class ScaleByRpropState(NamedTuple):
@@ -88,7 +87,7 @@ def scale_by_rprop(
     def init(params):
         return ScaleByRpropState(
             step_sizes=full_state_like(params, initial),
-            prev_updates=jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p))), params),
+            prev_updates=zeros_state_like(params),
         )
 
     def update(updates, state, params=None):

@@ -12,7 +12,8 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Mas
 from .._checks import argument_error, check_decay, check_interval, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
-from .._numerics import compute_dtype, leaf_dtype, state_dtype, zeros_for
+from .._numerics import compute_dtype, leaf_dtype, state_dtype
+from .._state import zeros_state_like
 from ..transforms._adding import decoupled_weight_decay
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -83,7 +84,7 @@ def scale_by_sm3(b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8
             return [jnp.zeros((n,), dtype) for n in shape]
 
         mu = jax.tree.map(accumulators, params)
-        nu = jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p))), params)
+        nu = zeros_state_like(params)
         return ScaleBySM3State(mu=mu, nu=nu)
 
     def update(updates, state, params=None):

@@ -5,7 +5,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, with_extra_args_support
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    check_transformation,
+    with_extra_args_support,
+)
 from .._numerics import compute_dtype
 
 
@@ -64,11 +69,7 @@ def cautious(inner: GradientTransformation, *, aligned_with_gradient: bool = Fal
       Liang et al., 2024, "Cautious Optimizers: Improving Training with One Line of Code",
       https://arxiv.org/abs/2411.16085.
     """
-    if not (hasattr(inner, "init") and hasattr(inner, "update")):
-        raise TypeError(
-            f"cautious(inner=...) must be a GradientTransformation; got {type(inner).__name__}. "
-            "Pass a transformation such as gradax.adamw(1e-3)."
-        )
+    check_transformation("cautious", "inner", inner, "Pass a transformation such as gradax.adamw(1e-3)")
     inner = with_extra_args_support(inner)
     sign = 1.0 if aligned_with_gradient else -1.0
 

@@ -90,7 +90,7 @@ def clip_by_block_rms(threshold: ArrayLike) -> GradientTransformation:
     return GradientTransformation(_empty_init, update)
 
 
-def _global_norm_f32(leaves) -> jax.Array:
+def global_norm_f32(leaves) -> jax.Array:
     """The global L2 norm of ``leaves``, each squared and summed in at least float32 (one read of each leaf)."""
     if not leaves:
         return jnp.zeros([], jnp.float32)
@@ -140,7 +140,7 @@ def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
             c = jnp.squeeze(c)
             if np.ndim(c) != 0:
                 raise argument_error("clip_by_global_norm", "max_norm", "a scalar", max_norm)
-        scale = global_norm_scale(_global_norm_f32(leaves), c)
+        scale = global_norm_scale(global_norm_f32(leaves), c)
 
         def leaf(u):
             dt = compute_dtype(u.dtype)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, with_extra_args_support
+from .._base import GradientTransformation, GradientTransformationExtraArgs, is_transformation, with_extra_args_support
 
 
 def _as_transforms(api: str, args) -> list[GradientTransformationExtraArgs]:
     out = []
     for i, tx in enumerate(args):
-        if not (hasattr(tx, "init") and hasattr(tx, "update")):
+        if not is_transformation(tx):
             raise TypeError(
                 f"{api}(...) takes GradientTransformations; argument {i} is {type(tx).__name__} ({tx!r:.80}). "
                 "Pass transformations such as gradax.scale(...) or gradax.adam(...), not their results or states."

@@ -12,7 +12,12 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, with_extra_args_support
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    check_transformation,
+    with_extra_args_support,
+)
 from .._checks import check_int
 from .._numerics import safe_int32_increment
 from ._multisteps import _same_types, _strong
@@ -25,11 +30,7 @@ class ConditionFn(Protocol):
 
 
 def _check_inner(api: str, inner: Any) -> GradientTransformationExtraArgs:
-    if not (hasattr(inner, "init") and hasattr(inner, "update")):
-        raise TypeError(
-            f"{api}(inner=...) must be a GradientTransformation; got {type(inner).__name__}. "
-            "Pass a transformation such as gradax.adam(1e-3)."
-        )
+    check_transformation(api, "inner", inner)
     return with_extra_args_support(inner)
 
 

@@ -19,7 +19,8 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformationExtraArgs, Params, Updates
 from .._checks import argument_error, check_int, check_interval, check_needs, check_non_negative, check_positive
-from .._numerics import compute_dtype, zeros_for
+from .._numerics import compute_dtype
+from .._state import zeros_like_params
 
 # --- tree helpers (one pass per leaf) ------------------------------------------------------------------------------
 
@@ -66,10 +67,6 @@ def value_dtype(params: Params) -> jnp.dtype:
     if not leaves:
         return jnp.dtype(jnp.float32)
     return jnp.result_type(*[compute_dtype(jnp.real(jnp.zeros([], leaf.dtype)).dtype) for leaf in leaves])
-
-
-def _zeros_like_params(params):
-    return jax.tree.map(lambda p: zeros_for(p), params)
 
 
 def _split_fn_kwargs(value_fn: Callable, extra_args: dict) -> dict:
@@ -187,7 +184,7 @@ def scale_by_backtracking_linesearch(
         return ScaleByBacktrackingLinesearchState(
             learning_rate=jnp.asarray(1.0, dt),
             value=jnp.asarray(jnp.inf, dt),
-            grad=_zeros_like_params(params) if store_grad else None,
+            grad=zeros_like_params(params) if store_grad else None,
             info=BacktrackingLinesearchInfo(
                 num_linesearch_steps=jnp.zeros([], jnp.int32), decrease_error=jnp.asarray(jnp.inf, dt)
             ),
@@ -222,7 +219,7 @@ def scale_by_backtracking_linesearch(
         start = _BacktrackingCarry(
             learning_rate=jnp.minimum(increase_factor * state.learning_rate, max_learning_rate).astype(dt),
             new_value=value,
-            new_grad=_zeros_like_params(params),
+            new_grad=zeros_like_params(params),
             decrease_error=jnp.asarray(jnp.inf, dt),
             iter_num=jnp.zeros([], jnp.int32),
         )
@@ -576,7 +573,7 @@ def scale_by_zoom_linesearch(
         return ScaleByZoomLinesearchState(
             learning_rate=jnp.asarray(1.0, dt),
             value=jnp.asarray(jnp.inf, dt),
-            grad=_zeros_like_params(params),
+            grad=zeros_like_params(params),
             info=ZoomLinesearchInfo(
                 num_linesearch_steps=jnp.zeros([], jnp.int32),
                 decrease_error=jnp.asarray(jnp.inf, dt),

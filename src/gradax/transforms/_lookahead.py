@@ -8,7 +8,13 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, Params, with_extra_args_support
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    Params,
+    check_transformation,
+    with_extra_args_support,
+)
 from .._checks import check_int, check_interval
 from .._hyperparams import as_value
 from ..tree._state import is_params_marker
@@ -73,8 +79,7 @@ def lookahead(
       https://arxiv.org/abs/1907.08610.
     """
     api = "lookahead"
-    if not (hasattr(fast_optimizer, "init") and hasattr(fast_optimizer, "update")):
-        raise TypeError(f"{api}(fast_optimizer=...) must be a GradientTransformation; got {type(fast_optimizer)}.")
+    check_transformation(api, "fast_optimizer", fast_optimizer)
     check_int(api, "sync_period", sync_period, low=1)
     check_interval(api, "slow_step_size", slow_step_size, 0.0, 1.0)
     fast_optimizer = with_extra_args_support(fast_optimizer)

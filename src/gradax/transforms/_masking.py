@@ -19,7 +19,14 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, Params, with_extra_args_support
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    MaskOrFn,
+    Params,
+    check_transformation,
+    with_extra_args_support,
+)
 from .._checks import tree_mismatch_error
 from .._hyperparams import is_mask_tree
 from ..tree._state import is_params_marker
@@ -181,11 +188,7 @@ def build_masked(
     api: str, inner: GradientTransformation, mask: MaskOrFn, *, mask_compatible_extra_args: bool = False
 ) -> GradientTransformationExtraArgs:
     """:func:`masked`, with errors that name ``api`` (for wrappers built on it: ``freeze``, ``add_decayed_weights``)."""
-    if not (hasattr(inner, "init") and hasattr(inner, "update")):
-        raise TypeError(
-            f"{api}(inner=...) must be a GradientTransformation; got {type(inner).__name__}. "
-            "Pass a transformation such as gradax.adam(1e-3)."
-        )
+    check_transformation(api, "inner", inner)
     if mask is None or (callable(mask) and isinstance(mask, type)):
         raise TypeError(
             f"{api}(mask=...) must be a pytree of booleans or a function of the params; got {mask!r:.60}. "

@@ -13,7 +13,13 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from .._base import EmptyState, GradientTransformation, GradientTransformationExtraArgs, with_extra_args_support
+from .._base import (
+    EmptyState,
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    is_transformation,
+    with_extra_args_support,
+)
 from .._checks import check_interval
 from .._hyperparams import hyperparam_dtype
 from .._numerics import state_dtype
@@ -148,7 +154,7 @@ def monitor(measures: dict[str, Any]) -> GradientTransformationExtraArgs:
         raise TypeError(f"monitor(measures=...) must be a dict from name to measure; got {type(measures).__name__}.")
     items = []
     for name, m in measures.items():
-        if isinstance(m, GradientTransformation) or (hasattr(m, "init") and hasattr(m, "update")):
+        if is_transformation(m):
             items.append((name, with_extra_args_support(m), True))
         elif callable(m):
             items.append((name, m, False))

@@ -15,11 +15,13 @@ from .._base import (
     OptState,
     Params,
     Updates,
+    check_transformation,
     with_extra_args_support,
 )
 from .._checks import check_callable_or_none, check_int, check_positive
 from .._hyperparams import is_schedule
-from .._numerics import abs_sq, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from .._numerics import abs_sq, safe_int32_increment
+from .._state import zeros_like_params, zeros_state_like
 
 
 class ShouldSkipUpdateFunction(Protocol):
@@ -133,11 +135,7 @@ class MultiSteps:
         should_skip_update_fn: ShouldSkipUpdateFunction | None = None,
         accumulator_dtype: Any | None = None,
     ):
-        if not (hasattr(opt, "init") and hasattr(opt, "update")):
-            raise TypeError(
-                f"MultiSteps(opt=...) must be a GradientTransformation; got {type(opt).__name__}. "
-                "Pass an optimizer such as gradax.adam(1e-3)."
-            )
+        check_transformation("MultiSteps", "opt", opt, "Pass an optimizer such as gradax.adam(1e-3)")
         if not is_schedule(every_k_schedule):
             check_int("MultiSteps", "every_k_schedule", every_k_schedule, low=1)
         check_callable_or_none("MultiSteps", "should_skip_update_fn", should_skip_update_fn)
@@ -158,10 +156,10 @@ class MultiSteps:
 
     def init(self, params: Params) -> MultiStepsState:
         """The state: zero counters, the inner optimizer's state and a zero accumulator shaped like ``params``."""
-        acc = jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p), self._acc_dtype)), params)
+        acc = zeros_state_like(params, self._acc_dtype)
         skip_state = ()
         if self._should_skip is not None:
-            zeros = jax.tree.map(lambda p: zeros_for(p), params)
+            zeros = zeros_like_params(params)
             skip_state = _strong(self._should_skip(zeros, jnp.zeros([], jnp.int32), zeros)[1])
         return MultiStepsState(
             mini_step=jnp.zeros([], jnp.int32),
@@ -266,7 +264,7 @@ def apply_every(k: int = 1) -> GradientTransformation:
     check_positive("apply_every", "k", k)
 
     def init(params):
-        return ApplyEvery(count=jnp.zeros([], jnp.int32), grad_acc=jax.tree.map(lambda p: zeros_for(p), params))
+        return ApplyEvery(count=jnp.zeros([], jnp.int32), grad_acc=zeros_like_params(params))
 
     def update(updates, state, params=None):
         del params

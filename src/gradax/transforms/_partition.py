@@ -19,6 +19,7 @@ from .._base import (
     GradientTransformationExtraArgs,
     MaskOrFn,
     Params,
+    is_transformation,
     set_to_zero,
     with_extra_args_support,
 )
@@ -51,7 +52,7 @@ def _check_transforms(api: str, transforms: Any) -> dict[Hashable, GradientTrans
         )
     out = {}
     for label, tx in transforms.items():
-        if not (hasattr(tx, "init") and hasattr(tx, "update")):
+        if not is_transformation(tx):
             raise TypeError(
                 f"{api}(transforms=...) must map each label to a GradientTransformation; transforms[{label!r}] is "
                 f"{type(tx).__name__}. Pass transformations such as gradax.sgd(0.1)."

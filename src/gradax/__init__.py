@@ -121,10 +121,6 @@ from .optimizers._misc import normalize_by_update_norm as normalize_by_update_no
 from .optimizers._misc import scale_by_param_block_norm as scale_by_param_block_norm
 from .optimizers._misc import scale_by_param_block_rms as scale_by_param_block_rms
 from .optimizers._misc import scale_gradient as scale_gradient
-from .optimizers._moments import bias_correction as bias_correction
-from .optimizers._moments import update_infinity_moment as update_infinity_moment
-from .optimizers._moments import update_moment as update_moment
-from .optimizers._moments import update_moment_per_elem_norm as update_moment_per_elem_norm
 from .optimizers._noisy import noisy_sgd as noisy_sgd
 from .optimizers._novograd import ScaleByNovogradState as ScaleByNovogradState
 from .optimizers._novograd import novograd as novograd
@@ -249,4 +245,8 @@ from .transforms._scaling import scale_by_learning_rate as scale_by_learning_rat
 from .transforms._scaling import scale_by_schedule as scale_by_schedule
 
 # gradax.tree
+from .tree._math import bias_correction as bias_correction
+from .tree._math import update_infinity_moment as update_infinity_moment
+from .tree._math import update_moment as update_moment
+from .tree._math import update_moment_per_elem_norm as update_moment_per_elem_norm
 from .tree._state import map_params as tree_map_params  # noqa: F401 - public under Optax's name

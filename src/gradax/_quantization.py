@@ -27,6 +27,10 @@ with round-to-nearest, an increment of a moving average smaller than half a code
 :math:`\beta_2 = 0.999`, or Lion's :math:`(1-\beta_2)\, g` for :math:`\beta_2 = 0.99`) would always be lost and the
 moment would freeze; stochastic rounding keeps it on average.
 
+The optimizers (Adam's and Lion's ``scale_by_*``) go through one interface: :func:`quantized_zeros` builds the
+initial state, and :func:`quantized_step` runs an optimizer's dense per-array math on decoded blocks, reading and
+writing each moment through its :class:`QuantizedMoment` kind (:data:`FIRST_MOMENT`, :data:`SECOND_MOMENT`).
+
 These integer codes are as accurate as ``jnp.float8_e4m3fn`` ones on the first moment and faster to convert on CPU;
 the measured errors are in the documentation's 8-bit guide (``docs/guides/8bit.md``).
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -234,6 +239,76 @@ def decode_second_moment(q: BlockQuantized, shape: tuple[int, ...]) -> jax.Array
     """The float32 array of shape ``shape`` that :func:`encode_second_moment` codes stand for."""
     root = decode_root_blocks(q)
     return unblock(root * root, shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedMoment:
+    r"""How an optimizer reads, bounds and writes one kind of 8-bit moment (the interface the optimizers use).
+
+    Two kinds exist: :data:`FIRST_MOMENT`, a signed moving average of the gradient (Adam's :math:`m`, Lion's
+    momentum), coded with a sign bit; and :data:`SECOND_MOMENT`, a moving average of :math:`|g|^2` (Adam's
+    :math:`\nu`), stored as :math:`\sqrt{\nu}` without a sign bit. :func:`quantized_step` runs an optimizer's math
+    for one dense array on them.
+    """
+
+    signed: bool  # True: a signed moment; False: a non-negative second moment kept as its square root
+
+    def read(self, q: BlockQuantized) -> jax.Array:
+        """The float32 moment blocks ``(num_blocks, block_size)`` that ``q`` stands for."""
+        if self.signed:
+            return decode_signed_blocks(q)
+        root = decode_root_blocks(q)
+        return root * root
+
+    def next_scale(self, q: BlockQuantized, g_absmax: jax.Array, decay: Any, one_minus_decay: Any) -> jax.Array:
+        r"""Per-block upper bounds of the new moment's magnitude (of its root for a second moment), from the old
+        scales and the gradient's block absmax: :math:`\beta s + (1-\beta) \max|g|`, or
+        :math:`\sqrt{\beta s^2 + (1-\beta) \max|g|^2}` (no pass over the new moment is needed)."""
+        if self.signed:
+            return (decay * q.scale + one_minus_decay * g_absmax).astype(jnp.float32)
+        return jnp.sqrt(decay * q.scale * q.scale + one_minus_decay * g_absmax * g_absmax).astype(jnp.float32)
+
+    def write(self, moment_blocks: jax.Array, scale: jax.Array, noise: jax.Array) -> BlockQuantized:
+        """The 8-bit codes of float32 moment blocks under ``scale``, rounded stochastically with ``noise``."""
+        if self.signed:
+            return BlockQuantized(encode_signed_blocks(moment_blocks, scale, noise), scale)
+        return BlockQuantized(encode_root_blocks(jnp.sqrt(moment_blocks), scale, noise), scale)
+
+
+FIRST_MOMENT = QuantizedMoment(signed=True)
+SECOND_MOMENT = QuantizedMoment(signed=False)
+
+
+def quantized_step(
+    leaf: Callable[..., tuple[jax.Array, ...]],
+    moments: Sequence[tuple[QuantizedMoment, Any, Any]],
+    seed: jax.Array,
+) -> Callable[..., tuple[Any, ...]]:
+    """An optimizer's step for one array, ``leaf(g, *moments) -> (update, *new_moments)``, run on 8-bit moments.
+
+    ``moments`` gives, for each moment of ``leaf`` in order, its kind and the ``(decay, one_minus_decay)`` of its
+    moving average (which bound the new block scales); one or two moments. The returned function takes the
+    gradient and the state leaves: where they are :class:`BlockQuantized`, it views the gradient as blocks, decodes
+    the moments, calls ``leaf`` on the blocks (so the arithmetic is the dense one, in float32), and encodes the new
+    moments with stochastic rounding from :func:`dither_pair` of ``seed``; a small leaf kept dense goes to ``leaf``
+    unchanged.
+    """
+
+    def step(g, *state):
+        if not isinstance(state[0], BlockQuantized):
+            return leaf(g, *state)
+        g_blocks = blocks(g, state[0].codes.shape[1])
+        g_max = block_absmax(g_blocks)
+        u, *new = leaf(g_blocks, *(kind.read(q) for (kind, _, _), q in zip(moments, state)))
+        # one hash gives both rounding streams; the first stream alone is dither(g_blocks.shape, seed)
+        noise = dither_pair(g_blocks.shape, seed)
+        written = tuple(
+            kind.write(m, kind.next_scale(q, g_max, decay, one_minus_decay), bits)
+            for (kind, decay, one_minus_decay), q, m, bits in zip(moments, state, new, noise)
+        )
+        return (unblock(u, np.shape(g)), *written)
+
+    return step
 
 
 @dataclasses.dataclass(frozen=True)

@@ -232,7 +232,7 @@ def scale_by_adamuon(
     check_positive(api, "target_rms", target_rms)
 
     def init(params):
-        zeros = lambda p: jnp.zeros(np.shape(p), state_dtype(p.dtype, mu_dtype))  # noqa: E731
+        zeros = lambda p: jnp.zeros(np.shape(p), state_dtype(p.dtype, mu_dtype))
         mu, nu = jax.tree.map(zeros, params), jax.tree.map(zeros, params)
         return AdaMuonState(jnp.zeros([], jnp.int32), mu, nu, _ns_coeffs_array(api, ns_coeffs, ns_steps))
 
@@ -270,14 +270,27 @@ def scale_by_adamuon(
     return GradientTransformation(init, update)
 
 
-def _recipe(api, matrix_side, learning_rate, weight_decay, weight_decay_mask, user_dims, adam):
-    """``matrix_side`` then decoupled weight decay and the learning rate for matrices, AdamW for the rest."""
+def _presets(api: str, ns_coeffs: Any, ns_steps: int) -> Any:
+    """The coefficient rows of a named Newton-Schulz preset (checked under the recipe's name), else ``ns_coeffs``."""
+    return preset_rows(api, ns_coeffs, ns_steps) if isinstance(ns_coeffs, str) else ns_coeffs
+
+
+def _matrices_and_adamw(api, matrix_side, learning_rate, weight_decay, weight_decay_mask, user_dims, adam):
+    """The wiring NorMuon and AdaMuon share: a :func:`gradax.partition` of the leaves into matrices and the rest.
+
+    The matrices get the transformations ``matrix_side``, then decoupled weight decay and the learning rate; every
+    other leaf gets :func:`gradax.adamw` with ``adam = (learning_rate (None: the recipe's), b1, b2, eps,
+    weight_decay, mu_dtype)``.
+    """
+    adam_lr, b1, b2, eps, adam_weight_decay, mu_dtype = adam
+    adam_lr = learning_rate if adam_lr is None else adam_lr
+    rest = adamw(adam_lr, b1=b1, b2=b2, eps=eps, weight_decay=adam_weight_decay, mu_dtype=mu_dtype)
     check_non_negative(api, "learning_rate", learning_rate)
     check_non_negative(api, "weight_decay", weight_decay)
-    side = chain(
+    matrices = chain(
         *matrix_side, add_decayed_weights(weight_decay, weight_decay_mask), scale_by_learning_rate(learning_rate)
     )
-    return partition({"muon": side, "adam": adam}, lambda p: matrix_labels(user_dims, p, "muon", "adam"))
+    return partition({"muon": matrices, "adam": rest}, lambda p: matrix_labels(user_dims, p, "muon", "adam"))
 
 
 def normuon(
@@ -332,12 +345,10 @@ def normuon(
       Li et al., `NorMuon <https://arxiv.org/abs/2510.05491>`_, 2025.
     """
     api = "normuon"
-    if isinstance(ns_coeffs, str):
-        ns_coeffs = preset_rows(api, ns_coeffs, ns_steps)
     dims = muon_weight_dimension_numbers
     side = [
         scale_by_normuon(
-            ns_coeffs,
+            _presets(api, ns_coeffs, ns_steps),
             ns_steps,
             beta,
             b2,
@@ -351,9 +362,8 @@ def normuon(
     ]
     if update_scale == "preserve_norm":
         side.append(_scale_by_shape(lambda p: matrix_dims_tree(dims, p), None))
-    adam_lr = learning_rate if adam_learning_rate is None else adam_learning_rate
-    adam = adamw(adam_lr, b1=adam_b1, b2=adam_b2, eps=adam_eps, weight_decay=adam_weight_decay, mu_dtype=mu_dtype)
-    return _recipe(api, side, learning_rate, weight_decay, weight_decay_mask, dims, adam)
+    adam = (adam_learning_rate, adam_b1, adam_b2, adam_eps, adam_weight_decay, mu_dtype)
+    return _matrices_and_adamw(api, side, learning_rate, weight_decay, weight_decay_mask, dims, adam)
 
 
 def adamuon(
@@ -404,12 +414,10 @@ def adamuon(
       Si et al., `AdaMuon <https://arxiv.org/abs/2507.11005>`_, 2025.
     """
     api = "adamuon"
-    if isinstance(ns_coeffs, str):
-        ns_coeffs = preset_rows(api, ns_coeffs, ns_steps)
     dims = muon_weight_dimension_numbers
     side = [
         scale_by_adamuon(
-            ns_coeffs,
+            _presets(api, ns_coeffs, ns_steps),
             ns_steps,
             b1,
             b2,
@@ -420,9 +428,8 @@ def adamuon(
             weight_dimension_numbers=lambda p: matrix_dims_tree(dims, p),
         )
     ]
-    adam_lr = learning_rate if adam_learning_rate is None else adam_learning_rate
-    adam = adamw(adam_lr, b1=adam_b1, b2=adam_b2, eps=adam_eps, weight_decay=adam_weight_decay, mu_dtype=mu_dtype)
-    return _recipe(api, side, learning_rate, weight_decay, weight_decay_mask, dims, adam)
+    adam = (adam_learning_rate, adam_b1, adam_b2, adam_eps, adam_weight_decay, mu_dtype)
+    return _matrices_and_adamw(api, side, learning_rate, weight_decay, weight_decay_mask, dims, adam)
 
 
 def _logits_for(where: str, max_logits: Mapping[str, Any]):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from .._hyperparams import as_value
 from .._numerics import abs_sq
 
 
@@ -306,41 +307,9 @@ def allclose(a: Any, b: Any, rtol: ArrayLike = 1e-05, atol: ArrayLike = 1e-08, e
     return functools.reduce(operator.and_, checks, True)
 
 
-def update_moment(updates, moments, decay, order):
-    r"""The exponential moving average of ``updates**order``: :math:`m \leftarrow (1-\beta)\, g^{k} + \beta\, m`.
-
-    ``None`` leaves of ``updates`` stay ``None``.
-
-    Example:
-      >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.update_moment([jnp.array([2.0])], [jnp.array([0.0])], 0.5, 2)
-      [Array([2.], dtype=float32)]
-    """
-    return jax.tree.map(
-        lambda g, m: None if g is None else (1 - decay) * (g**order) + decay * m, updates, moments, is_leaf=_is_none
-    )
-
-
-def update_infinity_moment(updates, moments, decay, eps):
-    r"""The infinity-norm moment of Adamax: :math:`u \leftarrow \max(|g| + \epsilon,\ \beta u)`.
-
-    ``None`` leaves of ``updates`` stay ``None``.
-
-    Example:
-      >>> import gradax, jax.numpy as jnp
-      >>> gradax.tree.update_infinity_moment([jnp.array([-2.0])], [jnp.array([3.0])], 0.5, 0.0)
-      [Array([2.], dtype=float32)]
-    """
-    return jax.tree.map(
-        lambda g, m: None if g is None else jnp.maximum(jnp.abs(g) + eps, decay * m),
-        updates,
-        moments,
-        is_leaf=_is_none,
-    )
-
-
-def _abs_pow(g, order):
-    if not jnp.iscomplexobj(g):
+def _power(g: jax.Array, order: Any, of_magnitude: bool) -> jax.Array:
+    """``g**order``, or :math:`|g|^{order}` (a real array) for a complex ``g`` when ``of_magnitude``."""
+    if not (of_magnitude and jnp.iscomplexobj(g)):
         return g**order
     half = order / 2
     if float(half).is_integer():
@@ -348,32 +317,104 @@ def _abs_pow(g, order):
     return abs_sq(g) ** half
 
 
-def update_moment_per_elem_norm(updates, moments, decay, order):
-    r"""The moving average of :math:`|g|^{k}` (modulus for complex leaves): :math:`m \leftarrow (1-\beta)|g|^k + \beta m`.
+def _moment_map(rule, updates: Any, moments: Any) -> Any:
+    """``rule(g, m)`` for each leaf of ``updates`` and the matching ``moments`` subtree; a ``None`` update stays
+    ``None`` (whatever ``moments`` holds there)."""
+    return jax.tree.map(lambda g, m: None if g is None else rule(g, m), updates, moments, is_leaf=_is_none)
 
-    Real leaves use ``g**order``, complex leaves ``|g|**order``. ``None`` leaves of ``updates`` stay ``None``.
+
+def update_moment(updates: Any, moments: Any, decay: ArrayLike, order: int) -> Any:
+    r"""The exponential moving average of the ``order``-th power of the updates, for every array of a tree.
+
+    .. math::
+      m \leftarrow (1 - \beta)\, g^{k} + \beta\, m.
+
+    Also public as ``gradax.update_moment`` (one function, as in Optax). ``None`` leaves of ``updates`` stay
+    ``None``.
+
+    Args:
+      updates: a tree of arrays :math:`g`.
+      moments: a tree with the structure of ``updates``: the previous averages :math:`m`.
+      decay: :math:`\beta`, the weight of the previous average.
+      order: :math:`k`, the power of the updates that is averaged.
+
+    Returns:
+      The tree of new averages.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.tree.update_moment([jnp.array([2.0])], [jnp.array([0.0])], 0.5, 2)
+      [Array([2.], dtype=float32)]
+    """
+    return _moment_map(lambda g, m: (1 - decay) * _power(g, order, False) + decay * m, updates, moments)
+
+
+def update_moment_per_elem_norm(updates: Any, moments: Any, decay: ArrayLike, order: int) -> Any:
+    r"""Like :func:`update_moment` on the magnitude of each element: :math:`m \leftarrow (1-\beta)|g|^k + \beta m`.
+
+    For real arrays this equals :func:`update_moment`; for complex arrays the average is of :math:`|g|^k`, a real
+    quantity. Also public as ``gradax.update_moment_per_elem_norm``. ``None`` leaves of ``updates`` stay ``None``.
+
+    Args:
+      updates: a tree of arrays :math:`g` (real or complex).
+      moments: a tree with the structure of ``updates``: the previous averages.
+      decay: :math:`\beta`, the weight of the previous average.
+      order: :math:`k`.
+
+    Returns:
+      The tree of new averages.
 
     Example:
       >>> import gradax, jax.numpy as jnp
       >>> gradax.tree.update_moment_per_elem_norm([jnp.array([3.0 + 4.0j])], [jnp.array([0.0])], 0.0, 2)
       [Array([25.], dtype=float32)]
     """
-    return jax.tree.map(
-        lambda g, m: None if g is None else (1 - decay) * _abs_pow(g, order) + decay * m,
-        updates,
-        moments,
-        is_leaf=_is_none,
-    )
+    return _moment_map(lambda g, m: (1 - decay) * _power(g, order, True) + decay * m, updates, moments)
+
+
+def update_infinity_moment(updates: Any, moments: Any, decay: ArrayLike, eps: ArrayLike) -> Any:
+    r"""The exponentially weighted infinity norm of the updates (Adamax): :math:`u \leftarrow \max(|g| + \epsilon,
+    \beta u)`.
+
+    Also public as ``gradax.update_infinity_moment``. ``None`` leaves of ``updates`` stay ``None``.
+
+    Args:
+      updates: a tree of arrays :math:`g`.
+      moments: a tree with the structure of ``updates``: the previous values :math:`u`.
+      decay: :math:`\beta`, the decay of the previous value.
+      eps: :math:`\epsilon`, added to :math:`|g|`.
+
+    Returns:
+      The tree of new values.
+
+    Example:
+      >>> import gradax, jax.numpy as jnp
+      >>> gradax.tree.update_infinity_moment([jnp.array([-1.0, 0.0])], [jnp.array([0.0, 4.0])], 0.5, 0.0)
+      [Array([1., 2.], dtype=float32)]
+    """
+    return _moment_map(lambda g, m: jnp.maximum(jnp.abs(g) + eps, decay * m), updates, moments)
 
 
 @functools.partial(jax.jit, inline=True)
-def bias_correction(moment, decay, count):
-    r"""Divides a moment by :math:`1 - \beta^{t}` (Adam's bias correction), in the moment's dtype.
+def bias_correction(moment: Any, decay: ArrayLike, count: ArrayLike) -> Any:
+    r"""Divides every array of a moving-average tree by :math:`1 - \beta^t`, undoing the bias of a zero start.
+
+    The factor is computed in float32 (float64 under x64), then cast to each array's dtype for the division, so
+    bfloat16 moments stay bfloat16 without :math:`\beta^t` rounding to 1. Compiled (inlined into an enclosing
+    ``jit``), as in Optax. Also public as ``gradax.bias_correction``.
+
+    Args:
+      moment: a tree of moving averages.
+      decay: :math:`\beta`, the decay of the average.
+      count: :math:`t \ge 1`, the number of steps averaged so far.
+
+    Returns:
+      The bias-corrected tree.
 
     Example:
       >>> import gradax, jax.numpy as jnp
       >>> gradax.tree.bias_correction([jnp.array([0.1])], 0.9, 1)
       [Array([1.], dtype=float32)]
     """
-    correction = 1 - decay**count
-    return jax.tree.map(lambda m: m / correction.astype(m.dtype), moment)
+    factor = 1 - as_value(decay) ** count
+    return jax.tree.map(lambda m: m / factor.astype(m.dtype), moment)

@@ -89,7 +89,8 @@ def test_kernel_is_built_and_compiled_into_the_step():
     state = opt.init(params)
     hlo = jax.jit(opt.step, donate_argnums=(0, 1)).lower(params, state, params).compile().as_text()
     assert 'custom_call_target="gradax_adamw_step"' in hlo
-    assert 'custom_call_target="gradax_sum_squares"' in hlo
+    # the clipping norm is clip_by_global_norm's own (XLA's float32 reduction), so that step is update + apply bit for bit
+    assert 'custom_call_target="gradax_sum_squares"' not in hlo
     assert " copy(" not in hlo  # in place: params and moments alias the donated inputs
     assert "input_output_alias" in hlo
 
@@ -104,7 +105,7 @@ def test_kernel_matches_its_jnp_math(nesterov):
     leaves = [[jnp.asarray(rng.normal(size=n), jnp.float32) for n in sizes] for _ in range(4)]
     leaves[3] = [jnp.abs(x) for x in leaves[3]]  # nu >= 0
     s = dict(b1=0.9, one_minus_b1=0.1, b2=0.99, one_minus_b2=0.01, c1=0.19, c1_next=0.271, c2=0.0199, eps=1e-8)
-    s.update(eps_root=1e-9, neg_lr=-1e-2, grad_scale=0.7, nesterov=float(nesterov))
+    s.update(eps_root=1e-9, neg_lr=-1e-2, grad_scale=0.7, nesterov=float(nesterov), merged_division=0.0)
     scalars = jnp.asarray([s[k] for k in _kernels.ADAMW_SCALARS], jnp.float32)
     wd = jnp.asarray([0.1 if i % 2 else 0.0 for i in range(len(sizes))], jnp.float32)
     got = jax.jit(_kernels.adamw_step)(scalars, wd, *leaves)

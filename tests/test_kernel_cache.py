@@ -90,7 +90,7 @@ def fresh(monkeypatch, tmp_path):
 def _plant(directory: Path, cc: Path, planted: Path) -> Path:
     """``planted`` copied where gradax would look for its library, with a matching SHA-256 record beside it."""
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"fused_cpu-{_kernels._key(str(cc))}.so"
+    target = directory / f"{_kernels.LIBRARY_STEM}-{_kernels._key(str(cc))}.so"
     shutil.copy(planted, target)
     _kernels._digest_path(target).write_text(_kernels._sha256(target))
     return target
@@ -167,7 +167,7 @@ def test_built_library_is_private_and_recorded(monkeypatch, tmp_path, built, fre
     status = _kernels.load()
     assert status.available and status.note == "" and _builds(log) == 1
     library = Path(status.path)
-    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)
     assert mode(tmp_path / "cache") == mode(library.parent) == mode(library) == 0o700
     assert mode(_kernels._digest_path(library)) == 0o600
     assert _kernels._digest_path(library).read_text() == _kernels._sha256(built)
@@ -182,7 +182,7 @@ def test_tampered_library_is_rebuilt(monkeypatch, tmp_path, built, planted, fres
     monkeypatch.setenv("CC", str(cc))
     monkeypatch.setenv("GRADAX_CACHE_DIR", str(tmp_path / "cache"))
     library = Path(_kernels.load().path)  # loaded in this process: replaced below, never written in place
-    swap = lambda: os.replace(shutil.copy(planted[0], tmp_path / "swap.so"), library)  # noqa: E731
+    swap = lambda: os.replace(shutil.copy(planted[0], tmp_path / "swap.so"), library)
     if tamper == "planted":  # new bytes, the old record
         swap()
         want = "does not have the SHA-256 recorded when it was built"

@@ -46,7 +46,7 @@ IDS = _ids(ENTRIES)
 
 def assert_trees_equal(a, b, what):
     """Bit for bit, NaNs where NaNs are; PRNG keys by their data."""
-    data = lambda x: jax.random.key_data(x) if jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key) else x  # noqa: E731
+    data = lambda x: jax.random.key_data(x) if jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key) else x
     _assert_trees_equal(jax.tree.map(data, a), jax.tree.map(data, b), what)
 
 
@@ -208,16 +208,16 @@ def test_extreme_gradients(entry):
             assert int(guarded_state.notfinite_count) == 1
 
 
-# The gradients on which a fused step is NOT bit for bit the XLA path on these params (known divergences, reported
-# for the kernels' owners; the non-finite values are in the same places): AdamW's kernel rounds some elements of the
-# 128x130 leaf differently on every gradient tried (1 ulp on zero gradients); Adafactor's kernel differs on the whole
-# 128x130 matrix (up to 6e-4 relative) when another leaf holds an inf or a NaN.
-_ALL = {"zeros", "1e-30", "subnormal", "1e30", "one_inf", "one_nan"}
+# The gradients on which a fused step is NOT bit for bit the XLA path on these params. AdamW's and Lion's kernels
+# make XLA:CPU's roundings (the bias corrections as reciprocals or XLA's merged division, the multiply-adds XLA
+# contracts on a CPU with FMA, clip_by_global_norm's own float32 norm): none. Adafactor's kernel sums each factored
+# matrix's rows and columns of g^2 in float64, where XLA reduces in float32 in an order of its own: on ordinary
+# gradients (those beside the inf or NaN; the filled ones have equal sums either way) its statistics differ in the
+# last bit and the params by as much as float32 rounding of the update allows (see docs/differences.md).
+_ADAFACTOR_SUMS = {"one_inf", "one_nan"}
 FUSED_NOT_BITWISE: dict[str, set[str]] = {
-    "fused.adamw[custom]": _ALL,
-    "fused.adamw[custom]-2": _ALL - {"one_nan"},
-    "fused.adafactor[custom]": {"one_inf", "one_nan"},
-    "fused.adafactor[custom]-2": {"one_inf", "one_nan"},
+    "fused.adafactor[custom]": _ADAFACTOR_SUMS,
+    "fused.adafactor[custom]-2": _ADAFACTOR_SUMS,
 }
 FUSED = [(i, e) for i, e in zip(IDS, ENTRIES, strict=True) if i.startswith("fused.")]
 

@@ -34,9 +34,11 @@ import jaxlib
 import numpy as np
 
 from .._quantization import BlockQuantized
+from . import _scalars
 
 _HERE = Path(__file__).parent
 SOURCES = tuple(sorted(_HERE.glob("fused_*.c")))
+LIBRARY_STEM = "fused_kernels"  # the library is <stem>-<key>.so in the kernel directory
 HEADERS = tuple(sorted(_HERE.glob("*.h")))
 # every FFI handler the sources define (``XLA_FFI_Error* gradax_...(XLA_FFI_CallFrame* frame)``), registered by name
 TARGETS = tuple(
@@ -58,24 +60,12 @@ FLAGS = (
     "-fno-trapping-math",
 )
 
-# The scalars of one AdamW step, in the order of ``enum Scalar`` in fused_cpu.c.
-ADAMW_SCALARS = (
-    "b1",
-    "one_minus_b1",
-    "b2",
-    "one_minus_b2",
-    "c1",
-    "c1_next",
-    "c2",
-    "eps",
-    "eps_root",
-    "neg_lr",
-    "grad_scale",
-    "nesterov",
-)
-
-# The scalars of one Lion step, in the order of ``enum LionScalar`` in fused_lion.c.
-LION_SCALARS = ("b1", "one_minus_b1", "b2", "one_minus_b2", "weight_decay", "neg_lr")
+# The scalars of each kernel's step, in the order Python stacks them and the C enums of the generated
+# fused_scalars.h index them (one table: _scalars.py).
+ADAMW_SCALARS = _scalars.ADAMW.names
+LION_SCALARS = _scalars.LION.names
+ADAFACTOR_SCALARS = _scalars.ADAFACTOR.names
+SCALARS_HEADER = "fused_scalars.h"  # generated into the build directory by _scalars.header()
 
 
 @dataclass(frozen=True)
@@ -165,9 +155,11 @@ def _compiler() -> str | None:
 
 
 def _key(cc: str) -> str:
-    """The library's name part: a hash of the sources, the compiler's version, jaxlib's version, the flags and the
-    machine."""
-    source = b"\0".join(path.name.encode() + b"\0" + path.read_bytes() for path in (*SOURCES, *HEADERS))
+    """The library's name part: a hash of the sources (the generated scalars header included), the compiler's
+    version, jaxlib's version, the flags and the machine."""
+    files = [(path.name, path.read_bytes()) for path in (*SOURCES, *HEADERS)]
+    files.append((SCALARS_HEADER, _scalars.header().encode()))
+    source = b"\0".join(name.encode() + b"\0" + text for name, text in files)
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     return hashlib.sha256(
         b"\0".join(
@@ -240,7 +232,7 @@ def _build(cc: str) -> tuple[Path, str]:
     """The verified library for ``cc``, built unless the kernel directory holds one, and a note on what was refused
     on the way. Processes that build at once wait for each other's lock: one compiles, the others load its result."""
     directory, note = _kernel_dir()
-    out = directory / f"fused_cpu-{_key(cc)}.so"
+    out = directory / f"{LIBRARY_STEM}-{_key(cc)}.so"
     with _build_lock(directory):
         why = _verify(out)
         if not why:
@@ -249,7 +241,8 @@ def _build(cc: str) -> tuple[Path, str]:
             note = "; ".join(filter(None, (note, f"rebuilt the library: {why}")))
         with tempfile.TemporaryDirectory(dir=directory) as tmp:
             tmp_out = Path(tmp) / out.name
-            cmd = [cc, *FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(tmp_out), "-lm"]
+            (Path(tmp) / SCALARS_HEADER).write_text(_scalars.header())
+            cmd = [cc, *FLAGS, f"-I{tmp}", f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", str(tmp_out), "-lm"]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             if proc.returncode != 0:
                 raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")
@@ -358,7 +351,7 @@ def adamw_step(
     float32[len(ADAMW_SCALARS)], ``weight_decay`` float32[len(params)]. The results alias the params and moments
     (donate them to update in place; otherwise XLA copies them first).
     """
-    head = lambda part: (scalars, weight_decay[part])  # noqa: E731
+    head = lambda part: (scalars, weight_decay[part])
     return tuple(_call_per_leaves("gradax_adamw_step", head, [params, grads, mu, nu], [0, 2, 3]))
 
 
@@ -413,10 +406,10 @@ def adamw8_step(
     ``seed`` is int32[1], the stochastic-rounding seed (one hash per element for both moments, as
     ``gradax._quantization.dither_pair``). The results alias the params, codes and scales.
     """
-    head = lambda part: (scalars, weight_decay[part], seed)  # noqa: E731
+    head = lambda part: (scalars, weight_decay[part], seed)
     groups = [params, grads, [q.codes for q in mu], [q.scale for q in mu], [q.codes for q in nu], [q.scale for q in nu]]
     p, m_codes, m_scale, v_codes, v_scale = _call_per_leaves("gradax_adamw8_step", head, groups, [0, 2, 3, 4, 5])
-    quantized = lambda codes, scale: [BlockQuantized(*x) for x in zip(codes, scale, strict=True)]  # noqa: E731
+    quantized = lambda codes, scale: [BlockQuantized(*x) for x in zip(codes, scale, strict=True)]
     return p, quantized(m_codes, m_scale), quantized(v_codes, v_scale)
 
 
@@ -427,7 +420,7 @@ def lion_step(scalars: jax.Array, decay: jax.Array, params: list, grads: list, m
     params. ``scalars`` is float32[len(LION_SCALARS)], ``decay`` float32[len(params)] (1 where a leaf is decayed).
     The results alias the params and momentum (donate them to update in place; otherwise XLA copies them first).
     """
-    head = lambda part: (scalars, decay[part])  # noqa: E731
+    head = lambda part: (scalars, decay[part])
     return tuple(_call_per_leaves("gradax_lion_step", head, [params, grads, mu], [0, 2]))
 
 
@@ -437,9 +430,6 @@ def sum_squares(leaves: list) -> jax.Array:
     if not leaves:
         return jnp.zeros([0], jnp.float32)
     return _call_per_leaves("gradax_sum_squares", lambda part: (), [leaves], [PER_LEAF], 4 * LEAVES_PER_CALL)[0]
-
-
-ADAFACTOR_SCALARS = ("beta", "eps", "clipping_threshold", "learning_rate", "parameter_scale")
 
 
 def adafactor_matrices(
@@ -452,6 +442,6 @@ def adafactor_matrices(
     ``scalars`` is float32[len(ADAFACTOR_SCALARS)] (a clipping threshold of 0: no clipping; a parameter scale of 1:
     multiply by the parameters' RMS, at least 1e-3). ``b_first`` is float32[n], 1 where the normalized factor is
     the per-column one. The results alias the params and statistics."""
-    head = lambda part: (scalars, b_first[part])  # noqa: E731
+    head = lambda part: (scalars, b_first[part])
     groups = [params, grads, row_stats, col_stats]
     return tuple(_call_per_leaves("gradax_adafactor_matrices", head, groups, [0, 2, 3]))

@@ -1,7 +1,7 @@
 /* The factored matrices of an Adafactor step (gradax.fused.adafactor), called from XLA through its FFI.
  *
- * gradax_adafactor_matrices: args[0] float32[5] (beta, eps, clipping threshold (0: none), learning rate, 1 to
- *   multiply by the parameter scale); args[1] float32[n], 1 where the second moment's normalized factor is the
+ * gradax_adafactor_matrices: args[0] float32[NA] (enum AdafactorScalar, fused_scalars.h: beta, eps, clipping threshold
+ *   (0: none), learning rate, 1 to multiply by the parameter scale); args[1] float32[n], 1 where the second moment's normalized factor is the
  *   per-column one (the statistic averaged over axis 0); then per leaf i of n: args[2+i] float32 params [R, C],
  *   args[2+n+i] gradients [R, C], args[2+2n+i] float32[R] per-row statistic (the mean of g^2 over each row, as a
  *   moving average), args[2+3n+i] float32[C] per-column statistic. rets: the new params, per-row and per-column
@@ -179,7 +179,7 @@ static float factors(const float* stat, int64_t size, int normalized, float* fac
 
 /* The whole step of one matrix; 0 when out of memory. */
 static int step_matrix(XLA_FFI_CallFrame* frame, Matrix* m, float* col_stat, const float* s) {
-    const float clip = s[2];
+    const float clip = s[A_CLIPPING_THRESHOLD];
     size_t R = (size_t)m->R, C = (size_t)m->C;
     char* scratch = (char*)calloc(1, (MAX_PARTS * (1 + 2 * C)) * sizeof(double) + (R + C) * sizeof(float));
     if (scratch == NULL) return 0;
@@ -188,8 +188,8 @@ static int step_matrix(XLA_FFI_CallFrame* frame, Matrix* m, float* col_stat, con
     m->wcols = m->cols + MAX_PARTS * C;
     m->a = (float*)(m->wcols + MAX_PARTS * C);
     m->b = m->a + R;
-    m->beta = s[0];
-    m->eps = s[1];
+    m->beta = s[A_BETA];
+    m->eps = s[A_EPS];
     int parts = 1;
     double param_squares = pass(frame, m, sums_run, &parts);
     /* the column statistics, and sum_i g_ij^2 / R_i per column (into cols[0..C) and wcols[0..C)) */
@@ -213,11 +213,11 @@ static int step_matrix(XLA_FFI_CallFrame* frame, Matrix* m, float* col_stat, con
         m->div = fmaxf(1.0f, rms / clip);
     }
     m->ps = 1.0f;
-    if (s[4] != 0.0f) {
+    if (s[A_PARAMETER_SCALE] != 0.0f) {
         float root = sqrtf((float)param_squares / size);
         m->ps = root <= 1e-3f ? 1e-3f : root;
     }
-    m->lr = s[3];
+    m->lr = s[A_LEARNING_RATE];
     pass(frame, m, apply_run, NULL);
     free(scratch);
     return 1;
@@ -234,8 +234,8 @@ XLA_FFI_Error* gradax_adafactor_matrices(XLA_FFI_CallFrame* frame) {
     void** rets = frame->rets.rets;
     for (int64_t i = 0; i < nargs; ++i)
         if (!is_buffer(frame, i)) return make_error(frame, "gradax_adafactor_matrices: operands must be buffers");
-    if (!vector_of((XLA_FFI_Buffer*)args[0], 5) || !vector_of((XLA_FFI_Buffer*)args[1], n))
-        return make_error(frame, "gradax_adafactor_matrices: expected float32[5] scalars and float32[n] orders");
+    if (!vector_of((XLA_FFI_Buffer*)args[0], NA) || !vector_of((XLA_FFI_Buffer*)args[1], n))
+        return make_error(frame, "gradax_adafactor_matrices: expected float32[NA] scalars and float32[n] orders");
     for (int64_t i = 0; i < n; ++i) {
         XLA_FFI_Buffer *p = args[2 + i], *g = args[2 + n + i];
         if (!matrix(p) || !matrix(g) || rows_of(p) != rows_of(g) || cols_of(p) != cols_of(g) ||

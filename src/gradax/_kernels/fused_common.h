@@ -21,6 +21,8 @@
 
 #include "xla/ffi/api/c_api.h"
 
+#include "fused_scalars.h" /* generated at build time: the order of each kernel's step scalars */
+
 
 /* below this many elements per part, the cost of handing a part to another thread exceeds its work */
 /* Each loop is compiled for x86-64-v4 (AVX-512 with VL/BW/DQ: 32 vector registers for 256-bit code too, so the
@@ -232,5 +234,53 @@ static inline uint16_t f32_to_bf16(float f) {
 
 /* float32 rounded to bfloat16 and back: the value a bfloat16 array stores */
 static inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+/* a * b + c, rounded once (a fused multiply-add) where XLA:CPU contracts it, twice where it does not. XLA:CPU
+ * compiles for the host CPU with contraction on: on a CPU with FMA each multiply feeding an add becomes one fused
+ * multiply-add. The library is built with -ffp-contract=off, so a kernel contracts exactly where it calls this with
+ * `fused` set, and `fused` is a constant of each instruction-set variant (see fma_level). */
+static inline __attribute__((always_inline)) float muladd(float a, float b, float c, int fused) {
+    return fused ? fmaf(a, b, c) : a * b + c;
+}
+
+/* The instruction-set variant a kernel runs on this CPU: its loops are compiled once per level (a runtime flag
+ * would keep them from vectorizing), like target_clones, which cannot make `fused` a constant per clone. */
+enum FmaLevel { FMA_NONE, FMA_ONLY, FMA_AVX2, FMA_AVX512 };
+
+static inline enum FmaLevel fma_level(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("fma")) return FMA_NONE;
+    if (__builtin_cpu_supports("avx512f")) return FMA_AVX512;
+    return __builtin_cpu_supports("avx2") ? FMA_AVX2 : FMA_ONLY;
+#else
+    return FMA_NONE;
+#endif
+}
+
+/* The four variants of `body(args..., fused)`, as static functions name_avx512, name_avx2, name_fma (fused) and
+ * name_baseline (not fused), and `name_for_cpu()` picking one; `params` and `args` are parenthesized lists. */
+#define GRADAX_UNPAREN(...) __VA_ARGS__
+#if defined(__x86_64__) || defined(__i386__)
+#define GRADAX_FMA_VARIANTS(name, body, params, args)                                                              \
+    __attribute__((target("avx512f,fma"))) static void name##_avx512 params { body(GRADAX_UNPAREN args, 1); }                   \
+    __attribute__((target("avx2,fma"))) static void name##_avx2 params { body(GRADAX_UNPAREN args, 1); }                        \
+    __attribute__((target("fma"))) static void name##_fma params { body(GRADAX_UNPAREN args, 1); }                              \
+    static void name##_baseline params { body(GRADAX_UNPAREN args, 0); }                                                          \
+    typedef void(*name##_fn) params;                                                                              \
+    static name##_fn name##_for_cpu(void) {                                                                       \
+        switch (fma_level()) {                                                                                    \
+        case FMA_AVX512: return name##_avx512;                                                                    \
+        case FMA_AVX2: return name##_avx2;                                                                        \
+        case FMA_ONLY: return name##_fma;                                                                         \
+        default: return name##_baseline;                                                                          \
+        }                                                                                                         \
+    }
+#else
+#define GRADAX_FMA_VARIANTS(name, body, params, args)                                                              \
+    static void name##_baseline params { body(GRADAX_UNPAREN args, 0); }                                                          \
+    typedef void(*name##_fn) params;                                                                              \
+    static name##_fn name##_for_cpu(void) { return name##_baseline; }
+#endif
 
 #endif

@@ -4,7 +4,7 @@
  *
  * gradax_lion_step: one pass over every leaf of the tree reads p, g, m and writes p, m in place (20 bytes per
  * float32 parameter). Operands:
- *   args[0]        float32[NL] step scalars (see enum LionScalar)
+ *   args[0]        float32[NL] step scalars (enum LionScalar, fused_scalars.h)
  *   args[1]        float32[n] 1 where leaf i is decayed, 0 where the mask (or a weight decay of 0) leaves it
  *   args[2+i]      params leaf i,  args[2+n+i] grads leaf i,  args[2+2n+i] momentum leaf i
  *   rets[i]        new params i,   rets[n+i] new momentum i
@@ -25,15 +25,7 @@
 
 #include <stdio.h> /* snprintf, for error messages */
 
-enum LionScalar {
-    L_B1,            /* beta1 */
-    L_ONE_MINUS_B1,  /* 1 - beta1 */
-    L_B2,            /* beta2 */
-    L_ONE_MINUS_B2,  /* 1 - beta2 */
-    L_WEIGHT_DECAY,  /* the decay rate of decayed leaves */
-    L_NEG_LR,        /* -learning_rate */
-    NL
-};
+/* enum LionScalar (L_B1, ..., NL): fused_scalars.h, generated from gradax._kernels._scalars.LION */
 
 enum LeafKind { F32, BF16_MU_F32, BF16 };
 
@@ -43,13 +35,8 @@ struct Lion {
     float* decay;       /* [n] */
     int* kind;          /* [n] enum LeafKind */
     void **p, **g, **m; /* p and m updated in place (the results alias the operands) */
-    void (*span)(const Lion* a, int64_t leaf, int64_t lo, int64_t hi); /* this CPU's variant */
+    void (*span)(const Lion* a, int64_t leaf, int64_t lo, int64_t hi); /* this CPU's variant (lion_span_for_cpu) */
 };
-
-/* a * b + c, rounded once where XLA:CPU contracts it, twice where it does not */
-static inline __attribute__((always_inline)) float muladd(float a, float b, float c, int fused) {
-    return fused ? fmaf(a, b, c) : a * b + c;
-}
 
 /* jnp.sign: -1, 1, or x itself for +-0 and NaN */
 static inline __attribute__((always_inline)) float sign_of(float x) {
@@ -59,7 +46,7 @@ static inline __attribute__((always_inline)) float sign_of(float x) {
 /* One span of one leaf, in place, with restrict pointers (the compiler vectorizes without runtime overlap checks,
  * which an exact alias of input and output would fail). `fused` is a constant in each instruction-set variant
  * below (a runtime flag would keep the loops from vectorizing); `decay` is a select, which vectorizes. */
-static inline __attribute__((always_inline)) void lion_span(const Lion* a, int64_t leaf, int64_t lo, int64_t hi,
+static inline __attribute__((always_inline)) void lion_span_body(const Lion* a, int64_t leaf, int64_t lo, int64_t hi,
                                                             const int fused) {
     const float b1 = a->s[L_B1], omb1 = a->s[L_ONE_MINUS_B1], b2 = a->s[L_B2], omb2 = a->s[L_ONE_MINUS_B2];
     const float wd = a->s[L_WEIGHT_DECAY], neg_lr = a->s[L_NEG_LR];
@@ -102,27 +89,9 @@ static inline __attribute__((always_inline)) void lion_span(const Lion* a, int64
     }
 }
 
-/* The variants, picked at run time by the CPU's features (like target_clones, which cannot make `fused` a constant
- * per clone): AVX-512 with FMA, AVX2 with FMA, FMA alone (AVX), and none (SSE2: separate multiply and add). */
-__attribute__((target("avx512f,fma")))
-static void lion_span_avx512(const Lion* a, int64_t leaf, int64_t lo, int64_t hi) { lion_span(a, leaf, lo, hi, 1); }
-
-__attribute__((target("avx2,fma")))
-static void lion_span_avx2(const Lion* a, int64_t leaf, int64_t lo, int64_t hi) { lion_span(a, leaf, lo, hi, 1); }
-
-__attribute__((target("fma")))
-static void lion_span_fma(const Lion* a, int64_t leaf, int64_t lo, int64_t hi) { lion_span(a, leaf, lo, hi, 1); }
-
-static void lion_span_baseline(const Lion* a, int64_t leaf, int64_t lo, int64_t hi) { lion_span(a, leaf, lo, hi, 0); }
-
-typedef void (*LionSpan)(const Lion* a, int64_t leaf, int64_t lo, int64_t hi);
-
-static LionSpan lion_span_for_cpu(void) {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("fma")) return lion_span_baseline;
-    if (__builtin_cpu_supports("avx512f")) return lion_span_avx512;
-    return __builtin_cpu_supports("avx2") ? lion_span_avx2 : lion_span_fma;
-}
+/* The variants, picked at run time by the CPU's features (fused_common.h): AVX-512, AVX2 or AVX with FMA, and none
+ * (SSE2: separate multiply and add). */
+GRADAX_FMA_VARIANTS(lion_span, lion_span_body, (const Lion* a, int64_t leaf, int64_t lo, int64_t hi), (a, leaf, lo, hi))
 
 static void lion_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
     (void)part;

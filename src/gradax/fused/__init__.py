@@ -18,8 +18,8 @@ other dtypes, no C compiler, ``jax_enable_x64``) it is ``update`` followed by ``
 results.
 """
 
+from .._fused_step import FusedGradientTransformation as FusedGradientTransformation
 from ._adafactor import adafactor as adafactor
 from ._adamw import adamw as adamw
-from ._common import FusedGradientTransformation as FusedGradientTransformation
 from ._common import kernel_status as kernel_status
 from ._lion import lion as lion

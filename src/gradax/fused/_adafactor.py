@@ -1,5 +1,6 @@
 """gradax.fused.adafactor: Adafactor whose ``step`` takes two passes over each factored matrix on the CPU."""
 
+import functools
 from typing import Any
 
 import jax
@@ -11,10 +12,10 @@ from .. import _kernels
 from .._base import MaskOrFn, Params, ScalarOrSchedule, Updates
 from .._hyperparams import as_value
 from .._update import apply_updates
-from ..optimizers._adafactor import FactoredState, _decay_rate_pow, factored_dims
+from ..optimizers._adafactor import FactoredState, decay_rate_pow, factored_dims
 from ..optimizers._adafactor import adafactor as _adafactor
 from ..transforms._scaling import scale_by_learning_rate
-from ._common import FusedGradientTransformation, kernel_applies, put, reference_step, take, with_reference
+from ._common import FusedGradientTransformation, Step, fused_factory, fused_transformation, leaves_like, put, take
 
 _MIN_PARAM_SCALE = 1e-3  # scale_by_param_block_rms's default, as adafactor uses it
 
@@ -85,7 +86,6 @@ def adafactor(
         learning_rate, min_dim_size_to_factor, decay_rate, decay_offset, multiply_by_parameter_scale,
         clipping_threshold, momentum, dtype_momentum, weight_decay_rate, eps, factored, weight_decay_mask,
     )  # fmt: skip
-    reference = reference_step(tx.update)
     lr_tx = None if learning_rate is None else scale_by_learning_rate(learning_rate, flip_sign=False)
     # the chain's states: factored RMS, (clipping,) (learning rate,) ...: where the learning rate's state sits
     lr_index = 1 + (clipping_threshold is not None)
@@ -107,9 +107,8 @@ def adafactor(
         return picked
 
     def kernel_step(picked: list[int], params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
-        p_leaves, treedef = jax.tree.flatten(params)
         fstate = state[0]
-        g_leaves, rows, cols, vs = (treedef.flatten_up_to(t) for t in (grads, fstate.v_row, fstate.v_col, fstate.v))
+        p_leaves, treedef, (g_leaves, rows, cols, vs) = leaves_like(params, grads, fstate.v_row, fstate.v_col, fstate.v)
         kernel_set = set(picked)
         others = [i for i in range(len(p_leaves)) if i not in kernel_set]
 
@@ -127,7 +126,7 @@ def adafactor(
         b_first = [dims_of(p_leaves[i])[1] == 0 for i in picked]
         per_row = [cols[i] if first else rows[i] for i, first in zip(picked, b_first, strict=True)]
         per_col = [rows[i] if first else cols[i] for i, first in zip(picked, b_first, strict=True)]
-        beta = as_value(_decay_rate_pow(fstate.count - decay_offset, decay_rate))
+        beta = as_value(decay_rate_pow(fstate.count - decay_offset, decay_rate))
         lr = 1.0 if lr_tx is None else lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0]
         clip = 0.0 if clipping_threshold is None else as_value(clipping_threshold)
         values = dict(
@@ -146,27 +145,23 @@ def adafactor(
         new_factored = FactoredState(new_sub[0].count, *(treedef.unflatten(x) for x in (new_rows, new_cols, new_vs)))
         return treedef.unflatten(new_p), (new_factored, *new_sub[1:])
 
-    def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
-        if momentum is not None or weight_decay_rate is not None or not kernel_applies():
-            return reference(params, state, grads)
-        p_leaves, treedef = jax.tree.flatten(params)
+    def kernel_for(params: Params, state: Any, grads: Updates) -> Step | None:
+        """The kernel step for these arguments, or None (no momentum or weight decay, some float32 matrix with
+        factored statistics, scalar hyperparameters)."""
         fstate = state[0]
-        try:
-            leaves = [treedef.flatten_up_to(t) for t in (grads, fstate.v_row, fstate.v_col, fstate.v)]
-        except (ValueError, TypeError):
-            return reference(params, state, grads)  # raises the usual, explicit error
-        picked = kernel_leaves(p_leaves, *leaves[:3])
+        if momentum is not None or weight_decay_rate is not None:
+            return None
+        found = leaves_like(params, grads, fstate.v_row, fstate.v_col, fstate.v)
+        picked = [] if found is None else kernel_leaves(found[0], *found[2][:3])
         hypers = [decay_rate, decay_offset, eps, *([] if clipping_threshold is None else [clipping_threshold])]
         scalar = all(np.ndim(h) == 0 for h in hypers if not callable(h))
         if lr_tx is not None:
             probe = jax.eval_shape(lambda: lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0])
             scalar = scalar and probe.shape == ()
-        if not (picked and scalar):
-            return reference(params, state, grads)
-        return with_reference(lambda *a: kernel_step(picked, *a), reference)(params, state, grads)
+        return functools.partial(kernel_step, picked) if picked and scalar else None
 
-    return FusedGradientTransformation(tx.init, tx.update, step)
+    return fused_transformation(tx, kernel_for)
 
 
-# inject_hyperparams(adafactor)(...) builds a FusedGradientTransformation with the injected step
-adafactor.__gradax_fused__ = FusedGradientTransformation
+# inject_hyperparams(adafactor)(...) keeps the fused step
+fused_factory(adafactor)

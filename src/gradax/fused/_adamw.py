@@ -15,17 +15,18 @@ from .._numerics import safe_int32_increment
 from .._quantization import BlockQuantized, Blockwise8bit
 from ..optimizers._adam import AdamScalars, ScaleByAdamState
 from ..optimizers._adam import adamw as _adamw
-from ..transforms._clipping import clip_by_global_norm, global_norm_scale
+from ..transforms._clipping import clip_by_global_norm, global_norm_f32, global_norm_scale
 from ..transforms._combining import chain
 from ._common import (
     DecayAndRate,
     FusedGradientTransformation,
+    Step,
     flat_dtype,
-    kernel_applies,
+    fused_factory,
+    fused_transformation,
+    leaves_like,
     put,
-    reference_step,
     take,
-    with_reference,
 )
 
 _DENSE = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
@@ -133,37 +134,67 @@ def adamw(
         nesterov=nesterov, nu_dtype=nu_dtype, moments=moments,
     )  # fmt: skip
     tx = inner if max_grad_norm is None else chain(clip_by_global_norm(max_grad_norm), inner)
-    reference = reference_step(tx.update)
     tail = DecayAndRate("fused.adamw", learning_rate, weight_decay, mask)
+    kernels = _AdamWKernels(b1, b2, eps, eps_root, nesterov, max_grad_norm, tail)
+    return fused_transformation(tx, kernels.kernel_for, kernels.flat_kernel_for)
 
-    def scalars_at(state: Any, g_leaves: list, mask_params: Any, mask_treedef: Any) -> tuple:
-        """The kernels' step scalars, the decay flags (per leaf of ``mask_treedef``), the new step count and the
-        new decay and learning-rate states."""
-        adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
-        neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, mask_params, mask_treedef)
+
+class _AdamWKernels(NamedTuple):
+    """The kernel steps of one ``fused.adamw``: its hyperparameters, and its state as ``(adam, decay, learning
+    rate)`` states, after the clipping's state when ``max_grad_norm`` is given."""
+
+    b1: Any
+    b2: Any
+    eps: Any
+    eps_root: Any
+    nesterov: bool
+    max_grad_norm: Any
+    tail: DecayAndRate
+
+    def parts(self, state: Any) -> tuple:
+        """``(adam_state, decay_state, lr_state)``."""
+        return state if self.max_grad_norm is None else state[1]
+
+    def new_state(self, state: Any, count: jax.Array, mu: Any, nu: Any, new_decay: Any, new_lr: Any) -> Any:
+        new_inner = (ScaleByAdamState(count=count, mu=mu, nu=nu), new_decay, new_lr)
+        return new_inner if self.max_grad_norm is None else (state[0], new_inner)
+
+    def scalar(self, state: Any) -> bool:
+        """Whether this step's learning rate, decay rate and clipping threshold are scalars (what kernels take)."""
+        _, decay_state, lr_state = self.parts(state)
+        scalar = self.tail.scalar(decay_state, lr_state)
+        if self.max_grad_norm is not None:
+            scalar = scalar and jax.eval_shape(lambda: as_value(self.max_grad_norm)).shape == ()
+        return scalar
+
+    def grad_scale(self, g_leaves: list) -> jax.Array:
+        """clip_by_global_norm's factor, from its own norm (XLA's float32 reduction, as in ``update``)."""
+        if self.max_grad_norm is None:
+            return jnp.ones([], jnp.float32)
+        return global_norm_scale(global_norm_f32(g_leaves), as_value(self.max_grad_norm))
+
+    def scalars_at(self, state: Any, g_leaves: list, mask_params: Any, mask_treedef: Any, merged: bool) -> tuple:
+        """The kernels' step scalars, the decay rates (per leaf of ``mask_treedef``), the new step count and the
+        new decay and learning-rate states. ``merged``: whether XLA merges the update's two divisions (see
+        ``fused_adamw.c``; it does in a tree of several leaves)."""
+        adam_state, decay_state, lr_state = self.parts(state)
+        neg_lr, rate, decayed, new_decay, new_lr = self.tail.at(decay_state, lr_state, mask_params, mask_treedef)
         count_inc = safe_int32_increment(adam_state.count)
-        a = AdamScalars.at(b1, b2, eps, eps_root, count_inc, nesterov)
-        grad_scale = jnp.ones([], jnp.float32)
-        if max_grad_norm is not None:
-            norm = jnp.sqrt(jnp.sum(_kernels.sum_squares(g_leaves)))
-            grad_scale = global_norm_scale(norm, as_value(max_grad_norm))
-        named = dict(b1=a.hat.b1, one_minus_b1=a.hat.one_minus_b1, b2=a.b2, one_minus_b2=a.one_minus_b2)
-        named.update(c1=a.hat.correction, c1_next=a.hat.next_correction if nesterov else a.hat.correction)
-        named.update(c2=a.correction2, eps=a.eps, eps_root=a.eps_root, neg_lr=neg_lr, grad_scale=grad_scale)
-        named.update(nesterov=float(nesterov))
+        a = AdamScalars.at(self.b1, self.b2, self.eps, self.eps_root, count_inc, self.nesterov)
+        hat = a.hat
+        named = dict(b1=hat.b1, one_minus_b1=hat.one_minus_b1, b2=a.b2, one_minus_b2=a.one_minus_b2)
+        named.update(c1=hat.correction, c1_next=hat.next_correction if self.nesterov else hat.correction)
+        named.update(c2=a.correction2, eps=a.eps, eps_root=a.eps_root, neg_lr=neg_lr)
+        named.update(grad_scale=self.grad_scale(g_leaves), nesterov=float(self.nesterov))
+        named.update(merged_division=float(merged))
         scalars = jnp.stack([jnp.asarray(named[k], jnp.float32) for k in _kernels.ADAMW_SCALARS])
         return scalars, rate * decayed, count_inc, new_decay, new_lr  # the kernel decays where the rate is not 0
 
-    def new_state(state: Any, count: jax.Array, mu: Any, nu: Any, new_decay: Any, new_lr: Any) -> Any:
-        new_inner = (ScaleByAdamState(count=count, mu=mu, nu=nu), new_decay, new_lr)
-        return new_inner if max_grad_norm is None else (state[0], new_inner)
-
-    def kernel_step(plan: _Plan, params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
-        adam_state = (state if max_grad_norm is None else state[1])[0]
-        p_leaves, treedef = jax.tree.flatten(params)
-        g_leaves, m_leaves, v_leaves = (treedef.flatten_up_to(t) for t in (grads, adam_state.mu, adam_state.nu))
-        scalars, rates, count_inc, new_decay, new_lr = scalars_at(state, g_leaves, params, treedef)
-
+    def kernel_step(self, plan: _Plan, params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        adam_state = self.parts(state)[0]
+        p_leaves, treedef, (g_leaves, m_leaves, v_leaves) = leaves_like(params, grads, adam_state.mu, adam_state.nu)
+        merged = len(p_leaves) > 1
+        scalars, rates, count_inc, new_decay, new_lr = self.scalars_at(state, g_leaves, params, treedef, merged)
         new_p, new_m, new_v = list(p_leaves), list(m_leaves), list(v_leaves)
         for index, call, extra in (
             (plan.dense, _kernels.adamw_step, ()),
@@ -176,57 +207,41 @@ def adamw(
             results = call(scalars, rates[np.asarray(index)], *extra, *leaves)
             for out, group in zip((new_p, new_m, new_v), results, strict=True):
                 put(out, index, group)
-
         mu, nu = treedef.unflatten(new_m), treedef.unflatten(new_v)
-        return treedef.unflatten(new_p), new_state(state, count_inc, mu, nu, new_decay, new_lr)
+        return treedef.unflatten(new_p), self.new_state(state, count_inc, mu, nu, new_decay, new_lr)
 
-    def flat_kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
-        adam_state = (state if max_grad_norm is None else state[1])[0]
-        p_leaves, treedef = jax.tree.flatten(params)
-        g_leaves = treedef.flatten_up_to(grads)
-        # gradax.flatten's inner transformation sees (and masks) one vector
+    def flat_kernel_step(self, params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        adam_state = self.parts(state)[0]
+        p_leaves, treedef, (g_leaves,) = leaves_like(params, grads)
+        # gradax.flatten's inner transformation sees (and masks) one vector: XLA's program has one leaf
         vector = jax.ShapeDtypeStruct(adam_state.mu.shape, p_leaves[0].dtype)
-        scalars, rates, count_inc, new_decay, new_lr = scalars_at(state, g_leaves, vector, jax.tree.structure(0))
+        scalars, rates, count_inc, new_decay, new_lr = self.scalars_at(
+            state, g_leaves, vector, jax.tree.structure(0), merged=False
+        )
         rates = jnp.broadcast_to(rates, (len(p_leaves),))
         new_p, mu, nu = _kernels.adamw_flat_step(scalars, rates, adam_state.mu, adam_state.nu, p_leaves, g_leaves)
-        return treedef.unflatten(new_p), new_state(state, count_inc, mu, nu, new_decay, new_lr)
+        return treedef.unflatten(new_p), self.new_state(state, count_inc, mu, nu, new_decay, new_lr)
 
-    def flat_step(params: Params, state: Any, grads: Updates, flat_reference: Any) -> tuple[Params, Any]:
-        """``step`` of ``gradax.flatten(this)`` (whose state is this optimizer's for one flat vector): params and
-        grads stay leaves, the moments are slices of the flat vectors, no concatenation. Falls back to
-        ``flat_reference(tx)``, flatten's ``update`` + ``apply_updates``."""
-        reference = flat_reference(tx)
-        if not kernel_applies():
-            return reference(params, state, grads)
-        adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
+    def kernel_for(self, params: Params, state: Any, grads: Updates) -> Step | None:
+        """The kernel step for these arguments, or None (float32 or bfloat16 leaves with float32 or 8-bit moments,
+        scalar hyperparameters)."""
+        adam_state = self.parts(state)[0]
+        found = leaves_like(params, grads, adam_state.mu, adam_state.nu)
+        plan = None if found is None else _plan(found[0], *found[2])
+        if not (found and found[0] and plan is not None and self.scalar(state)):
+            return None
+        return functools.partial(self.kernel_step, plan)
+
+    def flat_kernel_for(self, params: Params, state: Any, grads: Updates) -> Step | None:
+        """The kernel step of ``gradax.flatten(this)``, or None (leaves of one dtype, float32 or bfloat16, and two
+        float32 flat moments)."""
+        adam_state = self.parts(state)[0]
         dtype = flat_dtype(params, grads, [adam_state.mu, adam_state.nu])
         float32_moments = dtype is not None and adam_state.mu.dtype == adam_state.nu.dtype == jnp.float32
-        scalar = tail.scalar(decay_state, lr_state)
-        if max_grad_norm is not None:
-            scalar = scalar and jax.eval_shape(lambda: as_value(max_grad_norm)).shape == ()
-        if not (float32_moments and dtype in _DENSE and scalar):
-            return reference(params, state, grads)
-        return with_reference(flat_kernel_step, reference)(params, state, grads)
-
-    def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
-        if not kernel_applies():
-            return reference(params, state, grads)
-        adam_state, decay_state, lr_state = state if max_grad_norm is None else state[1]
-        p_leaves, treedef = jax.tree.flatten(params)
-        try:
-            leaves = [treedef.flatten_up_to(t) for t in (grads, adam_state.mu, adam_state.nu)]
-        except (ValueError, TypeError):
-            return reference(params, state, grads)  # raises the usual, explicit error
-        plan = _plan(p_leaves, *leaves)
-        scalar = tail.scalar(decay_state, lr_state)
-        if max_grad_norm is not None:
-            scalar = scalar and jax.eval_shape(lambda: as_value(max_grad_norm)).shape == ()
-        if not (p_leaves and plan is not None and scalar):
-            return reference(params, state, grads)
-        return with_reference(functools.partial(kernel_step, plan), reference)(params, state, grads)
-
-    return FusedGradientTransformation(tx.init, tx.update, step, flat_step=flat_step)
+        if not (float32_moments and dtype in _DENSE and self.scalar(state)):
+            return None
+        return self.flat_kernel_step
 
 
-# inject_hyperparams(adamw)(...) builds a FusedGradientTransformation with the injected step
-adamw.__gradax_fused__ = FusedGradientTransformation
+# inject_hyperparams(adamw)(...) keeps the fused step
+fused_factory(adamw)

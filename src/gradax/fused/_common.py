@@ -1,5 +1,7 @@
-"""What every fused optimizer shares: the optimizer class with ``step``, when a kernel applies, and the wrapper that
-gives a kernel step the vmap and autodiff of its reference (``update`` followed by ``apply_updates``)."""
+"""What every fused optimizer shares: the skeleton of its ``step`` (:func:`fused_transformation`; the class and the
+capability are ``gradax._fused_step``'s), when a kernel applies, the wrapper that gives a kernel step the vmap and
+autodiff of its reference (``update`` followed by ``apply_updates``), and the decay and learning rate as kernel
+scalars."""
 
 from __future__ import annotations
 
@@ -11,43 +13,50 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _kernels
-from .._base import GradientTransformationExtraArgs
-from .._update import apply_updates, reference_step  # noqa: F401 - reference_step: the fused optimizers' import
+from .._base import GradientTransformation, Params, Updates
+from .._fused_step import FusedGradientTransformation, Step
+from .._fused_step import fused_factory as fused_factory
+from .._update import reference_step as reference_step
 from ..transforms._adding import add_decayed_weights, skips_decay
 from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
 from ..transforms._scaling import scale_by_learning_rate
 
+KernelFor = Callable[[Params, Any, Updates], Step | None]
 
-class FusedGradientTransformation(GradientTransformationExtraArgs):
-    """A :class:`gradax.GradientTransformationExtraArgs` with a fused ``step``.
 
-    Attributes:
-      init: ``init(params) -> state``.
-      update: ``update(updates, state, params=None, **extra_args) -> (updates, state)``.
-      step: ``step(params, state, grads) -> (new_params, new_state)``: ``update`` and ``apply_updates`` in one
-        pass where a fused kernel applies, the two calls otherwise. Its arguments come in the order of its results,
-        so that ``jax.jit(opt.step, donate_argnums=(0, 1))`` pairs each donated buffer with the result it becomes
-        (JAX pairs donated arguments and results of one shape in order; pairing the params' buffers with the
-        moments would make XLA copy every leaf).
-    """
+def fused_transformation(
+    tx: GradientTransformation, kernel_for: KernelFor, flat_kernel_for: KernelFor | None = None
+) -> FusedGradientTransformation:
+    """The skeleton of every fused optimizer: ``tx``'s ``init`` and ``update``, and a ``step`` that runs
+    ``kernel_for(params, state, grads)`` (a kernel step for these arguments, or None when no kernel takes them) where
+    a CPU kernel can run, with the ``vmap`` and autodiff of ``update`` + ``apply_updates`` (:func:`with_reference`),
+    and that is ``update`` + ``apply_updates`` otherwise. ``flat_kernel_for`` likewise gives the kernel step of
+    ``gradax.flatten(this)`` (its state: ``tx``'s for one flat vector), whose reference is flatten's own."""
+    reference = reference_step(tx.update)
 
-    def __new__(cls, init: Callable, update: Callable, step: Callable | None = None, flat_step: Callable | None = None):
-        self = super().__new__(cls, init, update)
-        if step is not None:
-            self.__dict__["_fused_step"] = step
-        if flat_step is not None:  # flat_step(params, state, grads, flat_reference): gradax.flatten(self)'s step
-            self.__dict__["_flat_step"] = flat_step
-        return self
+    def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
+        kernel = kernel_for(params, state, grads) if kernel_applies() else None
+        return (reference if kernel is None else with_reference(kernel, reference))(params, state, grads)
 
-    def __getnewargs__(self):
-        return (self.init, self.update, self.__dict__.get("_fused_step"), self.__dict__.get("_flat_step"))
+    if flat_kernel_for is None:
+        return FusedGradientTransformation(tx.init, tx.update, step)
 
-    @property
-    def step(self) -> Callable:
-        """``step(params, state, grads) -> (new_params, new_state)``. A copy made with ``_replace`` (whose
-        ``update`` may differ) steps with its own ``update`` and ``apply_updates``."""
-        fused = self.__dict__.get("_fused_step")
-        return fused if fused is not None else reference_step(self.update)
+    def flat_step(params: Params, state: Any, grads: Updates, flat_reference: Callable) -> tuple[Params, Any]:
+        flat = flat_reference(tx)
+        kernel = flat_kernel_for(params, state, grads) if kernel_applies() else None
+        return (flat if kernel is None else with_reference(kernel, flat))(params, state, grads)
+
+    return FusedGradientTransformation(tx.init, tx.update, step, flat_step)
+
+
+def leaves_like(params: Params, *trees: Any) -> tuple[list, Any, list[list]] | None:
+    """``(param leaves, treedef, [leaves of each tree])`` with each tree flattened up to the params' structure; None
+    when some tree does not match it (the step is then ``update``, which raises its usual, explicit error)."""
+    p_leaves, treedef = jax.tree.flatten(params)
+    try:
+        return p_leaves, treedef, [treedef.flatten_up_to(t) for t in trees]
+    except (ValueError, TypeError):
+        return None
 
 
 def kernel_status() -> _kernels.KernelStatus:
@@ -77,7 +86,7 @@ def kernel_applies() -> bool:
     """Whether a CPU kernel can take this step: CPU backend, no x64, whole arrays, kernels built."""
     return (
         jax.default_backend() == "cpu"
-        and not jax.config.jax_enable_x64
+        and not jax.config.jax_enable_x64  # pyrefly: ignore[missing-attribute] - a flag made at run time
         and one_device_view()
         and _kernels.load().available
     )

@@ -9,18 +9,19 @@ from jax.typing import ArrayLike
 
 from .. import _kernels
 from .._base import MaskOrFn, Params, ScalarOrSchedule, Updates
+from .._hyperparams import hyper_values
 from .._numerics import safe_int32_increment
 from .._quantization import Blockwise8bit
 from ..optimizers._lion import ScaleByLionState
 from ..optimizers._lion import lion as _lion
-from ..optimizers._moments import hyper_values
 from ._common import (
     DecayAndRate,
     FusedGradientTransformation,
+    Step,
     flat_dtype,
-    kernel_applies,
-    reference_step,
-    with_reference,
+    fused_factory,
+    fused_transformation,
+    leaves_like,
 )
 
 # (params and grads dtype, momentum dtype) of the leaves the kernel takes
@@ -100,7 +101,6 @@ def lion(
       Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms".
     """
     tx = _lion(learning_rate, b1, b2, mu_dtype, weight_decay, mask, moments=moments)
-    reference = reference_step(tx.update)
     tail = DecayAndRate("fused.lion", learning_rate, weight_decay, mask)
 
     def scalars_at(state: Any, mask_params: Any, mask_treedef: Any) -> tuple:
@@ -116,8 +116,7 @@ def lion(
 
     def kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         lion_state = state[0]
-        p_leaves, treedef = jax.tree.flatten(params)
-        g_leaves, m_leaves = (treedef.flatten_up_to(t) for t in (grads, lion_state.mu))
+        p_leaves, treedef, (g_leaves, m_leaves) = leaves_like(params, grads, lion_state.mu)
         scalars, decayed, new_decay, new_lr = scalars_at(state, params, treedef)
         new_p, new_m = _kernels.lion_step(scalars, decayed, p_leaves, g_leaves, m_leaves)
 
@@ -126,8 +125,7 @@ def lion(
 
     def flat_kernel_step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         lion_state = state[0]
-        p_leaves, treedef = jax.tree.flatten(params)
-        g_leaves = treedef.flatten_up_to(grads)
+        p_leaves, treedef, (g_leaves,) = leaves_like(params, grads)
         # gradax.flatten's inner transformation sees (and masks) one vector
         vector = jax.ShapeDtypeStruct(lion_state.mu.shape, p_leaves[0].dtype)
         scalars, decayed, new_decay, new_lr = scalars_at(state, vector, jax.tree.structure(0))
@@ -136,34 +134,24 @@ def lion(
         new_lion = ScaleByLionState(count=safe_int32_increment(lion_state.count), mu=mu)
         return treedef.unflatten(new_p), (new_lion, new_decay, new_lr)
 
-    def flat_step(params: Params, state: Any, grads: Updates, flat_reference: Any) -> tuple[Params, Any]:
-        """``step`` of ``gradax.flatten(this)`` (whose state is this optimizer's for one flat vector): params and
-        grads stay leaves, the momentum is slices of the flat vector, no concatenation. Falls back to
-        ``flat_reference(tx)``, flatten's ``update`` + ``apply_updates``."""
-        reference = flat_reference(tx)
-        if moments is not None or not kernel_applies():
-            return reference(params, state, grads)
-        lion_state, decay_state, lr_state = state
-        dtype = flat_dtype(params, grads, [lion_state.mu])
-        if not (dtype is not None and (dtype, lion_state.mu.dtype) in _KINDS and tail.scalar(decay_state, lr_state)):
-            return reference(params, state, grads)
-        return with_reference(flat_kernel_step, reference)(params, state, grads)
+    def kernel_for(params: Params, state: Any, grads: Updates) -> Step | None:
+        """The kernel step for these arguments, or None (dense momentum, leaves of ``_KINDS``, scalar rates)."""
+        found = None if moments is not None else leaves_like(params, grads, state[0].mu)
+        if not (found and found[0] and _covered(found[0], *found[2]) and tail.scalar(*state[1:])):
+            return None
+        return kernel_step
 
-    def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
-        if moments is not None or not kernel_applies():
-            return reference(params, state, grads)
-        lion_state, decay_state, lr_state = state
-        p_leaves, treedef = jax.tree.flatten(params)
-        try:
-            leaves = [treedef.flatten_up_to(t) for t in (grads, lion_state.mu)]
-        except (ValueError, TypeError):
-            return reference(params, state, grads)  # raises the usual, explicit error
-        if not (p_leaves and _covered(p_leaves, *leaves) and tail.scalar(decay_state, lr_state)):
-            return reference(params, state, grads)
-        return with_reference(kernel_step, reference)(params, state, grads)
+    def flat_kernel_for(params: Params, state: Any, grads: Updates) -> Step | None:
+        """The kernel step of ``gradax.flatten(this)``, or None (params and grads of one dtype and a flat momentum
+        as in ``_KINDS``): params and grads stay leaves, the momentum is slices of the flat vector."""
+        lion_state = state[0]
+        dtype = None if moments is not None else flat_dtype(params, grads, [lion_state.mu])
+        if not (dtype is not None and (dtype, lion_state.mu.dtype) in _KINDS and tail.scalar(*state[1:])):
+            return None
+        return flat_kernel_step
 
-    return FusedGradientTransformation(tx.init, tx.update, step, flat_step)
+    return fused_transformation(tx, kernel_for, flat_kernel_for)
 
 
-# inject_hyperparams(lion)(...) builds a FusedGradientTransformation with the injected step
-lion.__gradax_fused__ = FusedGradientTransformation
+# inject_hyperparams(lion)(...) keeps the fused step
+fused_factory(lion)

@@ -47,6 +47,7 @@ import numpy as np
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, OptState, Schedule, with_extra_args_support
 from .._checks import argument_error
+from .._fused_step import FusedGradientTransformation, flat_step_of, is_fused_factory
 from .._hyperparams import hyperparam_dtype as default_hyperparam_dtype
 from .._hyperparams import is_schedule
 from .._numerics import safe_int32_increment
@@ -298,10 +299,10 @@ class _Injected:
 
 
 def _with_fused_step(inner_factory: Callable, injected: _Injected) -> GradientTransformationExtraArgs:
-    """``injected`` as a transformation; for a factory of ``gradax.fused``, as that factory's result class, keeping
-    its one-pass ``step`` (and its flat step under ``gradax.flatten``)."""
-    fused_class = getattr(inner_factory, "__gradax_fused__", None)
-    if fused_class is None:
+    """``injected`` as a transformation; for a factory declared with ``gradax._fused_step.fused_factory`` (those of
+    ``gradax.fused``), as a ``FusedGradientTransformation`` keeping its one-pass ``step`` (and its flat step under
+    ``gradax.flatten``)."""
+    if not is_fused_factory(inner_factory):
         return GradientTransformationExtraArgs(injected.init, injected.update)
 
     def step(params, state, grads):
@@ -313,13 +314,13 @@ def _with_fused_step(inner_factory: Callable, injected: _Injected) -> GradientTr
         # the step of gradax.flatten(this): the inner optimizer's flat step on the inner state where it has one,
         # else flatten(this)'s update + apply_updates
         hyperparams, schedule_states = injected.advance(state, {})
-        inner_flat = getattr(injected.build(hyperparams), "__dict__", {}).get("_flat_step")
+        inner_flat = flat_step_of(injected.build(hyperparams))
         if inner_flat is None:
             return flat_reference(GradientTransformationExtraArgs(injected.init, injected.update))(params, state, grads)
         params, inner_state = inner_flat(params, state.inner_state, grads, flat_reference)
         return params, injected.next_state(state, hyperparams, schedule_states, inner_state)
 
-    return fused_class(injected.init, injected.update, step, flat_step)
+    return FusedGradientTransformation(injected.init, injected.update, step, flat_step)
 
 
 def _factory_signature(api: str, inner_factory: Callable) -> inspect.Signature:

@@ -6,7 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, with_extra_args_support
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    check_transformation,
+    with_extra_args_support,
+)
+from .._fused_step import FusedGradientTransformation, flat_step_of
 from .._update import reference_step
 
 
@@ -37,8 +43,9 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
     norms) see a single vector instead.
 
     ``flatten(gradax.fused.adamw(...))`` and ``flatten(gradax.fused.lion(...))`` are
-    :class:`gradax.fused.FusedGradientTransformation` whose ``step`` updates the leaves in place with the moments
-    as slices of the flat vectors, without concatenating params or grads: on a tree of thousands of small leaves,
+    :class:`gradax.fused.FusedGradientTransformation` whose ``step`` (``inner.flat_step``) updates the leaves in place
+    with the moments as slices of the flat vectors, without concatenating params or grads: on a tree of thousands of
+    small leaves,
     a jitted step then takes and returns far fewer arrays (one flat vector per moment instead of one per leaf),
     which is what such a step's time and compile time are made of. So do
     ``flatten(inject_hyperparams(gradax.fused.adamw)(...))`` and the same for lion.
@@ -57,11 +64,10 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
       Array([[-0.1, -0.1],
              [-0.1, -0.1]], dtype=float32)
     """
-    if not (hasattr(inner, "init") and hasattr(inner, "update")):
-        raise TypeError(f"flatten(inner=...) must be a GradientTransformation; got {type(inner).__name__}.")
-    # a gradax.fused optimizer's step for this layout: flat_step(params, state, grads, flat_reference), where
+    check_transformation("flatten", "inner", inner)
+    # a fused step for this layout (gradax._fused_step): flat_step(params, state, grads, flat_reference), where
     # flat_reference(tx) is flatten(tx)'s update + apply_updates (the fallback, and what vmap and autodiff follow)
-    flat_step = getattr(inner, "__dict__", {}).get("_flat_step")
+    flat_step = flat_step_of(inner)
 
     def init(params):
         return inner.init(_ravel(params)[0])
@@ -73,7 +79,7 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
     def flat_reference(tx: GradientTransformation):
         return reference_step(_flat_update(tx))
 
-    return type(inner)(init, update, lambda p, s, g: flat_step(p, s, g, flat_reference))
+    return FusedGradientTransformation(init, update, lambda p, s, g: flat_step(p, s, g, flat_reference))
 
 
 def _flat_update(inner: GradientTransformation):

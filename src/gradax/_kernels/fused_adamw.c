@@ -3,7 +3,7 @@
  * gradax_adamw_step: one pass over every leaf of the tree reads p, g, m, v and writes p, m, v in place: 28 bytes per
  * parameter for float32 params and grads (XLA:CPU's one-kernel-per-output fusions move 40), 22 for bfloat16 params
  * and grads (the moments are float32). Operands:
- *   args[0]        float32[NS] step scalars (see enum Scalar)
+ *   args[0]        float32[NS] step scalars (enum Scalar, fused_scalars.h)
  *   args[1]        float32[n] weight decay per leaf (0 where the mask leaves a leaf undecayed)
  *   args[2+i]      params leaf i,     args[2+n+i] grads leaf i (float32 or bfloat16, alike),
  *   args[2+2n+i]   first moment i,    args[2+3n+i] second moment i (float32)
@@ -20,24 +20,54 @@
  */
 #include "fused_common.h"
 
-enum Scalar {
-    S_B1,            /* beta1 */
-    S_ONE_MINUS_B1,  /* 1 - beta1 */
-    S_B2,            /* beta2 */
-    S_ONE_MINUS_B2,  /* 1 - beta2 */
-    S_C1,            /* 1 - beta1**t */
-    S_C1_NEXT,       /* 1 - beta1**(t+1) (Nesterov) */
-    S_C2,            /* 1 - beta2**t */
-    S_EPS,
-    S_EPS_ROOT,
-    S_NEG_LR,        /* -learning_rate */
-    S_GRAD_SCALE,    /* the clipping factor (1 without clipping) */
-    S_NESTEROV,      /* 1.0 for NAdamW */
-    NS
-};
+/* enum Scalar (S_B1, ..., NS): fused_scalars.h, generated from gradax._kernels._scalars.ADAMW */
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* AdamW */
+
+/* In place, with restrict pointers: the compiler vectorizes without runtime overlap checks (an exact alias of
+ * input and output would fail those checks and fall back to the scalar loop). Loop-invariant branches (Nesterov,
+ * decay) are unswitched: each variant is one vector loop.
+ *
+ * Rounding for rounding what XLA:CPU compiles for scale_by_adam, add_decayed_weights, the learning rate and
+ * apply_updates: XLA rewrites the division by each bias correction (a scalar) as a multiplication by its
+ * reciprocal, except in a tree of several leaves without Nesterov, where it merges the two divisions of
+ * (m / c1) / (sqrt(v / c2) + eps) into m / (c1 (sqrt(v / c2) + eps)) (S_MERGED_DIVISION: Python knows the tree);
+ * on a CPU with FMA it contracts m' = (1-b1) g + b1 m into fma(1-b1, g, b1 m) (v' likewise, the
+ * product of the squared gradient), Nesterov's b1 (m'/c1') + (1-b1) (g/c1) into fma(b1, m'/c1', ...), the decay
+ * u + wd p into fma(p, wd, u) and the step p + (-lr) u into fma(u, -lr, p) (measured against XLA:CPU's code; see
+ * tests/contract/test_extreme_gradients.py). The kernel makes the same fmaf calls, and none without FMA. */
+static inline __attribute__((always_inline)) void adamw_body(const float* s, float wd, float* restrict p,
+                                                             const float* restrict g, float* restrict m,
+                                                             float* restrict v, int64_t lo, int64_t hi,
+                                                             const int fused) {
+    const float b1 = s[S_B1], omb1 = s[S_ONE_MINUS_B1], b2 = s[S_B2], omb2 = s[S_ONE_MINUS_B2];
+    const float c1 = s[S_C1], c2 = s[S_C2], ic1 = 1.0f / c1, ic1n = 1.0f / s[S_C1_NEXT], ic2 = 1.0f / c2;
+    const float eps = s[S_EPS], eps_root = s[S_EPS_ROOT], neg_lr = s[S_NEG_LR], scale = s[S_GRAD_SCALE];
+    const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f;
+    const int merged = !nesterov && s[S_MERGED_DIVISION] != 0.0f;
+    for (int64_t i = lo; i < hi; ++i) {
+        float gi = g[i] * scale;
+        float mi = muladd(omb1, gi, b1 * m[i], fused);
+        float vi = muladd(omb2, gi * gi, b2 * v[i], fused);
+        float u;
+        if (merged) /* loop-invariant: unswitched */
+            u = mi / (c1 * (sqrtf(vi / c2 + eps_root) + eps));
+        else
+            u = (nesterov ? muladd(b1, mi * ic1n, omb1 * (gi * ic1), fused) : mi * ic1) /
+                (sqrtf(muladd(vi, ic2, eps_root, fused)) + eps);
+        float pi = p[i];
+        if (decay) u = muladd(pi, wd, u, fused);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = muladd(u, neg_lr, pi, fused);
+    }
+}
+
+GRADAX_FMA_VARIANTS(adamw_span, adamw_body,
+                    (const float* s, float wd, float* restrict p, const float* restrict g, float* restrict m,
+                     float* restrict v, int64_t lo, int64_t hi),
+                    (s, wd, p, g, m, v, lo, hi))
 
 typedef struct {
     float s[NS];
@@ -45,35 +75,12 @@ typedef struct {
     uint8_t* bf16;            /* 1 where the leaf's params and grads are bfloat16 */
     void **p, **g;            /* params updated in place (the results alias the operands) */
     float **m, **v;           /* likewise the moments (always float32) */
+    adamw_span_fn span;       /* the float32 loop for this CPU */
 } AdamW;
 
-/* In place, with restrict pointers: the compiler vectorizes without runtime overlap checks (an exact alias of
- * input and output would fail those checks and fall back to the scalar loop). Loop-invariant branches (Nesterov,
- * decay) are unswitched: each variant is one vector loop. */
-GRADAX_CLONES
-static void adamw_span(const float* s, float wd, float* restrict p, const float* restrict g, float* restrict m,
-                       float* restrict v, int64_t lo, int64_t hi) {
-    const float b1 = s[S_B1], omb1 = s[S_ONE_MINUS_B1], b2 = s[S_B2], omb2 = s[S_ONE_MINUS_B2];
-    const float c1 = s[S_C1], c1n = s[S_C1_NEXT], c2 = s[S_C2], eps = s[S_EPS], eps_root = s[S_EPS_ROOT];
-    const float neg_lr = s[S_NEG_LR], scale = s[S_GRAD_SCALE];
-    const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f;
-    for (int64_t i = lo; i < hi; ++i) {
-        float gi = g[i] * scale;
-        float mi = omb1 * gi + b1 * m[i];
-        float vi = omb2 * (gi * gi) + b2 * v[i];
-        float mhat = nesterov ? b1 * (mi / c1n) + omb1 * (gi / c1) : mi / c1;
-        float u = mhat / (sqrtf(vi / c2 + eps_root) + eps);
-        float pi = p[i];
-        if (decay) u = u + wd * pi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi + u * neg_lr;
-    }
-}
-
-/* The step's scalars for the loops bound by arithmetic (bfloat16, 8-bit), which multiply by the reciprocals of the
- * bias corrections instead of dividing by them (within an ulp of update + apply; the float32 loop, bound by memory,
- * divides as XLA does): ic1, ic1n, ic2 and isc2 are 1/c1, 1/c1n, 1/c2 and 1/sqrt(c2). */
+/* The step's scalars for the bfloat16 and 8-bit loops, which multiply by the reciprocals of the bias corrections
+ * (as XLA does) and contract nothing (within an ulp of update + apply where XLA contracts): ic1, ic1n, ic2 and isc2
+ * are 1/c1, 1/c1n, 1/c2 and 1/sqrt(c2). */
 typedef struct {
     float b1, omb1, b2, omb2, ic1, ic1n, ic2, isc2, eps, eps_root, neg_lr, scale;
 } AdamConsts;
@@ -144,8 +151,7 @@ static void adamw_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) 
         adamw_span_bf16(a->s, a->wd[leaf], (uint16_t*)a->p[leaf], (const uint16_t*)a->g[leaf], a->m[leaf],
                         a->v[leaf], lo, hi);
     else
-        adamw_span(a->s, a->wd[leaf], (float*)a->p[leaf], (const float*)a->g[leaf], a->m[leaf], a->v[leaf], lo,
-                   hi);
+        a->span(a->s, a->wd[leaf], (float*)a->p[leaf], (const float*)a->g[leaf], a->m[leaf], a->v[leaf], lo, hi);
 }
 
 /* Whether args[0] and args[1] are the float32 scalars and the n weight decays. */
@@ -168,6 +174,7 @@ static Job* adamw_job(int64_t n, void** args) {
     a->bf16 = (uint8_t*)(cursor + 4 * ptrs + wd_bytes);
     memcpy(a->s, data_of(args[0]), sizeof(a->s));
     memcpy(a->wd, data_of(args[1]), (size_t)n * sizeof(float));
+    a->span = adamw_span_for_cpu();
     job->offset[0] = 0;
     return job;
 }

@@ -86,10 +86,11 @@ def adamw(
     ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend it is one multithreaded C kernel over every leaf (plus
     one pass for the clipping norm), writing the params and moments in place when the caller donates them
     (``jax.jit(..., donate_argnums=...)``), for each leaf whose params and grads are float32 or bfloat16 with float32
-    moments (the default for both), or float32 with 8-bit moments (``moments="8bit"``). The results match
-    ``update`` + ``apply_updates`` to float32 rounding: each bfloat16 rounding of the chain is reproduced, and the
-    8-bit codes are those of ``scale_by_adam`` with the same stochastic rounding (the global norm is summed in
-    float64). The kernel runs in a single-device process and inside ``shard_map``; with several devices under
+    moments (the default for both), or float32 with 8-bit moments (``moments="8bit"``). On float32 leaves the
+    results are bit for bit those of ``update`` + ``apply_updates`` compiled by XLA:CPU (its roundings, see
+    ``docs/differences.md``); with bfloat16 leaves or 8-bit moments they match to float32 rounding: each bfloat16
+    rounding of the chain is reproduced, and the 8-bit codes are those of ``scale_by_adam`` with the same stochastic
+    rounding. The kernel runs in a single-device process and inside ``shard_map``; with several devices under
     ``jit`` (GSPMD sharding), on GPU, for other dtypes, under ``jax_enable_x64`` or without a C compiler ``step`` is
     ``update`` followed by ``apply_updates``, which XLA partitions and fuses as usual, and so are ``vmap`` and
     autodiff of ``step``. For a tree of thousands of small leaves, ``gradax.flatten(gradax.fused.adamw(...))`` keeps

@@ -40,7 +40,7 @@ class FactoredState(NamedTuple):
     v: Params  # per leaf: the full second moment (not factored), else (1,)
 
 
-def _decay_rate_pow(step: ArrayLike, exponent: ArrayLike = 0.8) -> jax.Array:
+def decay_rate_pow(step: ArrayLike, exponent: ArrayLike = 0.8) -> jax.Array:
     """Adafactor's second-moment decay at (0-based) ``step``: :math:`1 - (step + 1)^{-exponent}`."""
     t = jnp.asarray(step + 1, hyperparam_dtype())
     return 1.0 - t ** (-as_value(exponent))
@@ -66,7 +66,7 @@ def scale_by_factored_rms(
     step_offset: ArrayLike = 0,
     min_dim_size_to_factor: int = 128,
     epsilon: ArrayLike = 1e-30,
-    decay_rate_fn: Callable[[ArrayLike, ArrayLike], ArrayLike] = _decay_rate_pow,
+    decay_rate_fn: Callable[[ArrayLike, ArrayLike], ArrayLike] = decay_rate_pow,
 ) -> GradientTransformation:
     r"""Divides updates by a factored estimate of the RMS of past gradients (Adafactor's scaling).
 
@@ -262,7 +262,7 @@ def adafactor(
         # clip_by_block_rms has) keeps the state layout of the unfused chain
         parts = [
             _factored_rms(
-                factored, decay_rate, decay_offset, min_dim_size_to_factor, eps, _decay_rate_pow, clipping_threshold
+                factored, decay_rate, decay_offset, min_dim_size_to_factor, eps, decay_rate_pow, clipping_threshold
             ),
             identity(),
         ]

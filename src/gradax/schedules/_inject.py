@@ -45,7 +45,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import GradientTransformation, GradientTransformationExtraArgs, OptState, Schedule, with_extra_args_support
+from .._base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    OptState,
+    Schedule,
+    is_transformation,
+    with_extra_args_support,
+)
 from .._checks import argument_error
 from .._fused_step import FusedGradientTransformation, flat_step_of, is_fused_factory
 from .._hyperparams import hyperparam_dtype as default_hyperparam_dtype
@@ -153,7 +160,7 @@ def _is_prng_key(value: Any) -> bool:
 
 
 def _is_stateful_schedule(value: Any) -> bool:
-    return callable(value) and callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))
+    return callable(value) and is_transformation(value)
 
 
 def _kind(value: Any, numbers: bool) -> str:

@@ -11,9 +11,10 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
 from .._checks import argument_error, check_decay, check_int, check_non_negative, check_one_of, check_positive
+from .._hyperparams import hyper_values
 from .._maps import map_n
 from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
-from ..optimizers._moments import hyper_values
+from ..optimizers._moments import debias_factor, ema_leaf, ema_sq_leaf
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -167,19 +168,19 @@ def scale_by_apollo(
         projection, key = jax.lax.cond(
             refresh, lambda: _refresh(updates, state.key), lambda: (state.projection, state.key)
         )
-        step_scale = jnp.sqrt(1 - beta2**count) / (1 - beta1**count)
+        step_scale = jnp.sqrt(debias_factor(beta2, count)) / debias_factor(beta1, count)
         first = state.count == 0
 
         def leaf(g, m, v, proj, last):
             gc = g.astype(compute_dtype(g.dtype))
             if not _projected(g.shape, rank):
-                m_new = beta1 * m + (1 - beta1) * gc
-                v_new = beta2 * v + (1 - beta2) * gc * gc
+                m_new = ema_leaf(gc, m, beta1, 1 - beta1)
+                v_new = ema_sq_leaf(gc, v, beta2, 1 - beta2)
                 u = step_scale * m_new / (jnp.sqrt(v_new) + e)
                 return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), last
             r = _low_rank(gc, proj.astype(gc.dtype))
-            m_new = beta1 * m + (1 - beta1) * r
-            v_new = beta2 * v + (1 - beta2) * r * r
+            m_new = ema_leaf(r, m, beta1, 1 - beta1)
+            v_new = ema_sq_leaf(r, v, beta2, 1 - beta2)
             normalized = m_new / (jnp.sqrt(v_new) + e)
             if scale_type == "tensor":
                 s = jnp.sqrt(jnp.sum(normalized**2)) / (jnp.sqrt(jnp.sum(r * r)) + _TINY)

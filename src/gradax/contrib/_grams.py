@@ -8,10 +8,11 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
 from .._checks import check_decay, check_non_negative
+from .._hyperparams import hyper_values
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
-from ..optimizers._moments import hyper_values
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
+from ..optimizers._moments import debias_factor, ema_leaf, ema_sq_leaf
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -73,13 +74,13 @@ def scale_by_grams(
         del params
         beta1, beta2, e = hyper_values(b1, b2, eps)
         count = safe_int32_increment(state.count)
-        debias1 = 1 - beta1**count
-        debias2 = 1 - beta2**count
+        debias1 = debias_factor(beta1, count)
+        debias2 = debias_factor(beta2, count)
 
         def leaf(g, m, v):
             gc = g.astype(compute_dtype(g.dtype))
-            m_new = beta1 * m + (1 - beta1) * gc
-            v_new = beta2 * v + (1 - beta2) * gc * gc
+            m_new = ema_leaf(gc, m, beta1, 1 - beta1)
+            v_new = ema_sq_leaf(gc, v, beta2, 1 - beta2)
             adam = (m_new / debias1) / (jnp.sqrt(v_new / debias2) + e)
             return (jnp.sign(gc) * jnp.abs(adam)).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 

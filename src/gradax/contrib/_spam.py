@@ -9,10 +9,11 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
 from .._checks import check_decay, check_int, check_non_negative
+from .._hyperparams import hyper_values
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
-from ..optimizers._moments import hyper_values
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
+from ..optimizers._moments import debias_factor, ema_leaf, ema_sq_leaf
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -112,7 +113,9 @@ def scale_by_spam(
         clip = jnp.logical_and(t >= clip_delay, jnp.mod(t, reset_interval) >= clip_delay)
         clip = jnp.logical_and(clip, theta != 0)
         step_scale = (
-            jnp.sqrt(1 - beta2**t) / (1 - beta1**t) * _warmup_scale(t, reset_interval, warmup_steps, beta1.dtype)
+            jnp.sqrt(debias_factor(beta2, t))
+            / debias_factor(beta1, t)
+            * _warmup_scale(t, reset_interval, warmup_steps, beta1.dtype)
         )
 
         def leaf(g, m, v):
@@ -121,8 +124,8 @@ def scale_by_spam(
             v = jnp.where(reset, 0, v).astype(v.dtype)
             bound = theta * v
             gc = jnp.where(jnp.logical_and(clip, gc * gc > bound), jnp.sign(gc) * jnp.sqrt(bound), gc)
-            m_new = beta1 * m + (1 - beta1) * gc
-            v_new = beta2 * v + (1 - beta2) * gc * gc
+            m_new = ema_leaf(gc, m, beta1, 1 - beta1)
+            v_new = ema_sq_leaf(gc, v, beta2, 1 - beta2)
             u = step_scale * m_new / (jnp.sqrt(v_new) + e)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 

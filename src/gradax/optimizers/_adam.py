@@ -4,31 +4,25 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_decay, check_non_negative
+from .._hyperparams import hyper_values
 from .._numerics import safe_int32_increment
 from .._quantization import (
-    BlockQuantized,
+    FIRST_MOMENT,
+    SECOND_MOMENT,
     Blockwise8bit,
-    block_absmax,
-    blocks,
-    decode_root_blocks,
-    decode_signed_blocks,
-    dither_pair,
-    encode_root_blocks,
-    encode_signed_blocks,
+    quantized_step,
     quantized_zeros,
     resolve_moments,
-    unblock,
 )
-from ..transforms._accumulation import zeros_state_like
+from .._state import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._moments import debias_factor, ema_leaf, ema_sq_leaf, hyper_values, moment_transformation
+from ._moments import debias_factor, ema_leaf, ema_sq_leaf, moment_transformation
 
 
 class ScaleByAdamState(NamedTuple):
@@ -162,28 +156,11 @@ def scale_by_adam(
             v_new = ema_sq_leaf(gc, v, beta2, one_minus_b2)
             return hat(gc, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e), m_new, v_new
 
-        def quantized_leaf(gc, m, v):
-            if not isinstance(m, BlockQuantized):  # a small leaf kept dense
-                return leaf(gc, m, v)
-            # The same arithmetic on (num_blocks, block_size) views. The new scales are upper bounds of the new
-            # moments' block absmax from the old scales and the gradient's block absmax (|m_old| <= old scale),
-            # so no pass over the new moments is needed before encoding them.
-            g_blocks = blocks(gc, m.codes.shape[1])
-            g_max = block_absmax(g_blocks)
-            m_new = ema_leaf(g_blocks, decode_signed_blocks(m), hat.b1, hat.one_minus_b1)
-            root = decode_root_blocks(v)
-            v_new = ema_sq_leaf(g_blocks, root * root, beta2, one_minus_b2)
-            u = hat(g_blocks, m_new) / (jnp.sqrt(v_new / c2 + e_root) + e)
-            m_scale = (hat.b1 * m.scale + hat.one_minus_b1 * g_max).astype(jnp.float32)
-            v_scale = jnp.sqrt(beta2 * v.scale * v.scale + one_minus_b2 * g_max * g_max).astype(jnp.float32)
-            noise_m, noise_v = dither_pair(g_blocks.shape, 2 * count_inc)  # one hash for both roundings
-            return (
-                unblock(u, np.shape(gc)),
-                BlockQuantized(encode_signed_blocks(m_new, m_scale, noise_m), m_scale),
-                BlockQuantized(encode_root_blocks(jnp.sqrt(v_new), v_scale, noise_v), v_scale),
-            )
-
-        return leaf if storage is None else quantized_leaf
+        if storage is None:
+            return leaf
+        # 8-bit moments: the same arithmetic on (num_blocks, block_size) views; one hash for both roundings
+        kinds = ((FIRST_MOMENT, hat.b1, hat.one_minus_b1), (SECOND_MOMENT, beta2, one_minus_b2))
+        return quantized_step(leaf, kinds, 2 * count_inc)
 
     return moment_transformation(ScaleByAdamState, init_moments, make_leaf)
 

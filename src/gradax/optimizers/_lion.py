@@ -4,31 +4,19 @@ from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule, Updates
 from .._checks import check_decay, check_one_of
-from .._hyperparams import as_value
+from .._hyperparams import as_value, hyper_values
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
-from .._quantization import (
-    BlockQuantized,
-    Blockwise8bit,
-    block_absmax,
-    blocks,
-    decode_signed_blocks,
-    dither,
-    encode_signed_blocks,
-    quantized_zeros,
-    resolve_moments,
-    unblock,
-)
-from ..transforms._accumulation import zeros_state_like
+from .._quantization import FIRST_MOMENT, Blockwise8bit, quantized_step, quantized_zeros, resolve_moments
+from .._state import zeros_state_like
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._moments import ema_leaf, hyper_values
+from ._moments import ema_leaf
 
 _MODES = ("hard", "smooth", "refined")
 
@@ -110,21 +98,9 @@ def scale_by_lion(
             m_new = ema_leaf(gc, m, beta2, one_minus_b2)
             return u.astype(g.dtype), m_new.astype(m.dtype)
 
-        def quantized_leaf(g, m):
-            if not isinstance(m, BlockQuantized):  # a small leaf kept dense
-                return leaf(g, m)
-            # On (num_blocks, block_size) views; the new scale bounds the new momentum's block absmax.
-            g_blocks = blocks(g, m.codes.shape[1])
-            g_max = block_absmax(g_blocks)
-            gc = g_blocks.astype(compute_dtype(g.dtype))
-            m_old = decode_signed_blocks(m)
-            u = direction(ema_leaf(gc, m_old, beta1, one_minus_b1))
-            scale = (beta2 * m.scale + one_minus_b2 * g_max).astype(jnp.float32)
-            noise = dither(g_blocks.shape, state.count)
-            m_new = BlockQuantized(encode_signed_blocks(ema_leaf(gc, m_old, beta2, one_minus_b2), scale, noise), scale)
-            return unblock(u, np.shape(g)).astype(g.dtype), m_new
-
-        new_updates, mu = map_n(2, leaf if storage is None else quantized_leaf, updates, state.mu)
+        if storage is not None:  # 8-bit momentum: the same arithmetic on (num_blocks, block_size) views
+            leaf = quantized_step(leaf, ((FIRST_MOMENT, beta2, one_minus_b2),), state.count)
+        new_updates, mu = map_n(2, leaf, updates, state.mu)
         return new_updates, ScaleByLionState(count=safe_int32_increment(state.count), mu=mu)
 
     return GradientTransformation(init, update)

@@ -40,7 +40,8 @@ class ExpressionError(ValueError):
         if node is not None and getattr(node, "col_offset", None) is not None:
             col = node.col_offset
             end = getattr(node, "end_col_offset", None)
-            if getattr(node, "end_lineno", node.lineno) != node.lineno or end is None:
+            line = getattr(node, "lineno", None)
+            if getattr(node, "end_lineno", line) != line or end is None:
                 end = len(one_line)
             width = max(1, end - col)
         self.col = col
@@ -176,7 +177,7 @@ class _Builder:
             name, fn = self.lookup(node.func)
             check_sig = True
         args = [self.build(a).value for a in node.args]
-        kwargs = {kw.arg: self.build(kw.value).value for kw in node.keywords}
+        kwargs = {kw.arg: self.build(kw.value).value for kw in node.keywords if kw.arg is not None}  # None: refused
         arguments: dict[str, Any] = {}
         sig = None
         if check_sig or callable(fn):
@@ -188,7 +189,7 @@ class _Builder:
             params = sig.parameters
             has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
             for kw in node.keywords:
-                if kw.arg not in params and not has_var_kw:
+                if kw.arg is not None and kw.arg not in params and not has_var_kw:
                     close = difflib.get_close_matches(kw.arg, list(params), n=1)
                     hint = f"; did you mean {close[0]!r}?" if close else ""
                     valid = ", ".join(p for p in params if params[p].kind not in _VARIADIC) or "none"

@@ -11,6 +11,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def run_many(
     steps: int,
     batch_size: int,
     eval_every: int,
-    target: float | str | None,
+    target: float | Literal["first"] | None,
     out: str,
     overwrite: bool,
     quiet: bool,
@@ -87,8 +88,8 @@ def run_many(
             results.append(res)
             all_rows.append(summarize(res, None))
         if target == "first":
-            target = best_row(all_rows[0])["final_test_loss_mean"]
-            target = target if math.isfinite(target) else None
+            first = best_row(all_rows[0])["final_test_loss_mean"]
+            target = first if math.isfinite(first) else None
         best = []
         for i, (res, name) in enumerate(zip(results, names)):
             all_rows[i] = rows = summarize(res, target)
@@ -224,19 +225,25 @@ def leaderboard_entries(steps: int, warmup: int) -> list[tuple[str, str]]:
     ]
 
 
+class _Preset(NamedTuple):
+    steps: int
+    seeds: int
+    sweep: str
+
+
 #: What ``gradax leaderboard`` runs by default and with ``--quick``.
-FULL = {"steps": 2000, "seeds": 1, "sweep": "0.5,1,2"}
-QUICK = {"steps": 200, "seeds": 1, "sweep": "1"}
+FULL = _Preset(steps=2000, seeds=1, sweep="0.5,1,2")
+QUICK = _Preset(steps=200, seeds=1, sweep="1")
 
 
 def cmd_leaderboard(args, get_task) -> int:
     preset = QUICK if args.quick else FULL
     task = get_task(args.task or "nanogpt")
-    steps = args.steps or preset["steps"]
-    n = args.seeds or preset["seeds"]
+    steps = args.steps or preset.steps
+    n = args.seeds or preset.seeds
     if steps < 1 or n < 1:
         raise LeaderboardError(f"--steps and --seeds must be positive integers; got {steps} and {n}")
-    factors = parse_factors(args.sweep or preset["sweep"])
+    factors = parse_factors(args.sweep or preset.sweep)
     warmup = max(1, min(NANOGPT.warmup_iters, steps // 20))
     entries = leaderboard_entries(steps, warmup)
     if args.only:

@@ -62,6 +62,7 @@ def request_devices(count: int) -> None:
     """
     import jax
 
+    # pyrefly: ignore[missing-attribute] - jax.config's flags are attributes made at run time
     if _FORCED_COUNT in os.environ.get("XLA_FLAGS", "") or jax.config.jax_num_cpu_devices >= count:
         return
     try:
@@ -78,10 +79,17 @@ def make_mesh(axes: dict[str, int]) -> Any:
     devices = jax.devices()
     need = math.prod(axes.values())
     if need > len(devices):
+        platform = devices[0].platform
+        if platform == "cpu":
+            how = (
+                f"run it in a fresh process so that gradax can show the CPU as {need} devices "
+                f"(XLA_FLAGS=--{_FORCED_COUNT}={need} does it by hand)"
+            )
+        else:
+            how = f"train on {need} virtual CPU devices instead with JAX_PLATFORMS=cpu"
         raise CliError(
-            f"--mesh must ask for at most the {len(devices)} {devices[0].platform} device(s) JAX has; got "
-            f"{mesh_text(axes)} ({need} devices). Ask for fewer, or run it in a fresh process so that gradax can show "
-            f"the CPU as {need} devices (XLA_FLAGS=--{_FORCED_COUNT}={need} does it by hand)"
+            f"--mesh must ask for at most the {len(devices)} {platform} device(s) JAX has; got "
+            f"{mesh_text(axes)} ({need} devices). Ask for fewer, or {how}"
         )
     grid = np.array(devices[:need], dtype=object).reshape(tuple(axes.values()))
     return jax.sharding.Mesh(grid, tuple(axes))

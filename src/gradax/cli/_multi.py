@@ -41,7 +41,7 @@ def split_learning_rate(expr: str) -> tuple[str, Any]:
     parse(src)  # first: the usual refusals and messages
     tree = ast.parse(src, mode="eval")
     builder = _Builder(src, wrap_lr=False)
-    found = []
+    found: list[tuple[ast.Call, ast.keyword | int]] = []  # the call, and the keyword or the position of the rate
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or isinstance(node.func, ast.Call):
             continue
@@ -54,10 +54,10 @@ def split_learning_rate(expr: str) -> tuple[str, Any]:
             continue
         for kw in node.keywords:
             if kw.arg == "learning_rate":
-                found.append((node, kw, None))
+                found.append((node, kw))
         idx = names.index("learning_rate")
         if len(node.args) > idx:
-            found.append((node, None, idx))
+            found.append((node, idx))
     if len(found) != 1:
         what = "no call takes" if not found else f"{len(found)} calls take"
         raise ExpressionError(
@@ -65,13 +65,13 @@ def split_learning_rate(expr: str) -> tuple[str, Any]:
             "with a learning_rate (other learning rates, such as muon's adam_learning_rate, are kept as they are)",
             src,
         )
-    node, kw, idx = found[0]
-    value_node = kw.value if kw is not None else node.args[idx]
+    node, where = found[0]
+    value_node = where.value if isinstance(where, ast.keyword) else node.args[where]
     value = parse(ast.unparse(value_node)).value
-    if kw is not None:
-        kw.value = ast.Constant(1.0)
+    if isinstance(where, ast.keyword):
+        where.value = ast.Constant(1.0)
     else:
-        node.args[idx] = ast.Constant(1.0)
+        node.args[where] = ast.Constant(1.0)
     if not (isinstance(value, (int, float)) and not isinstance(value, bool)) and not callable(value):
         raise ExpressionError(f"learning_rate must be a number or a schedule; got {value!r}", src)
     return ast.unparse(tree), value
@@ -232,7 +232,7 @@ def summarize(res: MultiResult, target: float | None) -> list[dict]:
         final = res.test_loss[idx, -1] if res.test_loss.size else np.full(len(idx), np.nan)
         acc = res.test_acc[idx, -1] if res.test_acc.size else np.full(len(idx), np.nan)
         train = np.mean(res.train_loss[idx, -tail:], axis=1) if res.train_loss.size else np.full(len(idx), np.nan)
-        diverged = [bad[r] for r in idx if bad[r] is not None]
+        diverged = [b for b in (bad[r] for r in idx) if b is not None]
         row = {
             "optimizer": res.expr,
             "lr_factor": f,

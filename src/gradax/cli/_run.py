@@ -20,6 +20,7 @@ import numpy as np
 import gradax
 
 from ._checkpoint import Checkpoints, write_atomic
+from ._common import default_eval_every
 from ._mesh import Placement, state_bytes
 from ._tasks import Task
 
@@ -171,7 +172,8 @@ class _CtrlC:
     current step); a second one raises ``KeyboardInterrupt`` at once."""
 
     def __init__(self, stream=None):
-        self.hit, self.previous = False, None
+        self.hit = False
+        self.previous: Callable[..., Any] | int | None = None  # the SIGINT handler to put back
         self.stream = stream if stream is not None else sys.stderr
 
     def _handle(self, signum, frame):
@@ -237,24 +239,12 @@ def train(
     if on_nonfinite == "skip":
         optimizer = gradax.apply_if_finite(optimizer, max_consecutive_errors=SKIP_PATIENCE)
     sampler = task.sampler(seed, batch_size)
-    params = _strong(task.init(jax.random.PRNGKey(seed)))
-    shardings = None
-    if placement is None:
-        opt_state = _strong(optimizer.init(params))  # distinct buffers, none of them a params buffer (tests/contract)
-    else:
-        shardings = (placement.params(params), placement.state(optimizer, params))
-        params = jax.device_put(params, shardings[0])
-        opt_state = _placed_init(optimizer, params, shardings[1])
-    eval_every = eval_every or max(1, steps // 20)
+    params, opt_state, shardings = _initial(task, optimizer, seed, placement)
+    eval_every = eval_every or default_eval_every(steps)
     hist = History()
     done, wall_before = 0, 0.0
     if checkpoints is not None and checkpoints.latest_step() is not None:
-        params, opt_state, meta = checkpoints.restore(params, opt_state)
-        done, wall_before, hist.records = meta["step"], meta["wall_time"], meta["records"]
-        hist.steps_per_second = meta["steps_per_second"]
-        sampler.restore(meta["data"])
-        if meta["status"] == "nonfinite":  # stopped there before: the same numbers would stop it again
-            hist.status, hist.stop_step = "nonfinite", done
+        params, opt_state, done, wall_before = _restore(checkpoints, params, opt_state, sampler, hist)
     if metrics_file is not None:
         write_atomic(metrics_file, "".join(json.dumps(r) + "\n" for r in hist.records))
 
@@ -290,18 +280,8 @@ def train(
                 if i == done + 1:
                     loss.block_until_ready()
                     t1 = time.perf_counter()  # steps/s excludes the first step (compilation)
-                rec = {
-                    "step": i,
-                    "loss": float(loss),
-                    "accuracy": float(acc),
-                    "learning_rate": read_learning_rate(opt_state),
-                }
-                if on_nonfinite == "skip" and not bool(opt_state.last_finite):
-                    rec["skipped"] = True
-                stop = on_nonfinite == "stop" and not bool(finite)
-                if stop:
-                    rec["nonfinite"] = True
-                elif i % eval_every == 0 or i == steps:
+                rec, stop = _record(i, loss, acc, finite, opt_state, on_nonfinite)
+                if not stop and (i % eval_every == 0 or i == steps):
                     tl, ta = eval_fn(params, x_test, y_test)
                     test_acc = float(ta)
                     rec.update(test_loss=float(tl), test_accuracy=test_acc)
@@ -325,6 +305,44 @@ def train(
             out.close()
     if placement is not None:
         hist.state_bytes = state_bytes(opt_state)
+    _timings(hist, done, wall_before, t0, t1)
+    return hist
+
+
+def _initial(task: Task, optimizer: Any, seed: int, placement: Placement | None) -> tuple[Any, Any, Any]:
+    """``(params, opt_state, shardings)`` at step 0; ``shardings`` is None without a placement."""
+    params = _strong(task.init(jax.random.PRNGKey(seed)))
+    if placement is None:
+        return params, _strong(optimizer.init(params)), None  # distinct buffers, none a params buffer (tests/contract)
+    shardings = (placement.params(params), placement.state(optimizer, params))
+    params = jax.device_put(params, shardings[0])
+    return params, _placed_init(optimizer, params, shardings[1]), shardings
+
+
+def _restore(checkpoints: Checkpoints, params: Any, opt_state: Any, sampler, hist: History):
+    """Continue from the latest checkpoint: ``(params, opt_state, step, wall time so far)``; ``hist`` and ``sampler``
+    are set to where the run was."""
+    params, opt_state, meta = checkpoints.restore(params, opt_state)
+    hist.records, hist.steps_per_second = meta["records"], meta["steps_per_second"]
+    sampler.restore(meta["data"])
+    if meta["status"] == "nonfinite":  # stopped there before: the same numbers would stop it again
+        hist.status, hist.stop_step = "nonfinite", meta["step"]
+    return params, opt_state, meta["step"], meta["wall_time"]
+
+
+def _record(step: int, loss, acc, finite, opt_state: Any, on_nonfinite: str) -> tuple[dict, bool]:
+    """The metrics record of one step, and whether the run stops there (``on_nonfinite="stop"``, not finite)."""
+    rec = {"step": step, "loss": float(loss), "accuracy": float(acc), "learning_rate": read_learning_rate(opt_state)}
+    if on_nonfinite == "skip" and not bool(opt_state.last_finite):
+        rec["skipped"] = True
+    stop = on_nonfinite == "stop" and not bool(finite)
+    if stop:
+        rec["nonfinite"] = True
+    return rec, stop
+
+
+def _timings(hist: History, done: int, wall_before: float, t0: float, t1: float) -> None:
+    """Set ``hist``'s wall time and steps per second (the first step of this session, which compiles, left out)."""
     now = time.perf_counter()
     hist.wall_time = wall_before + now - t0
     ran = len(hist.records) - done
@@ -333,7 +351,6 @@ def train(
         hist.steps_per_second = (ran - 1) / rest
     elif ran:
         hist.steps_per_second = ran / max(now - t0, 1e-9)
-    return hist
 
 
 def _plt():

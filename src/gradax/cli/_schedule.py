@@ -72,7 +72,8 @@ def _write_plot(out: Path, values: np.ndarray, built: Built, expression: str) ->
 
 
 def cmd_schedule(args) -> int:
-    steps = positive("--steps", args.steps)
+    steps: int = args.steps  # an int: the option has a default
+    positive("--steps", steps)
     built = parse_schedule(args.expression)
     values = _values(built, steps)
     out = Path(args.out) if args.out else RUNS / "schedule.png"

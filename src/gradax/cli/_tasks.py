@@ -42,7 +42,7 @@ class Task:
             yield next(stream)
 
 
-class Sampler:
+class Sampler(Iterator[tuple[np.ndarray, np.ndarray]]):
     """An endless stream of ``(x, y)`` batches drawn with a NumPy generator seeded by the seed only.
 
     ``position()`` is a JSON-serialisable snapshot (the generator's state and where the stream stands in it);
@@ -52,9 +52,6 @@ class Sampler:
 
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
-
-    def __iter__(self):
-        return self
 
     def position(self) -> dict:
         return {"rng": self.rng.bit_generator.state}

@@ -91,7 +91,7 @@ def _sides_diag(m: int, n: int, max_size: int, mode: str | None) -> tuple[bool, 
         diag[0 if m >= n else 1] = True
     elif mode == "smart_one_diag" and m != n:
         diag[0 if m > n else 1] = True
-    return tuple(d or size == 1 or size > max_size for d, size in zip(diag, (m, n)))
+    return (diag[0] or m == 1 or m > max_size, diag[1] or n == 1 or n > max_size)
 
 
 def _lower_bound(t: jax.Array, max_abs: jax.Array) -> jax.Array:

@@ -100,3 +100,38 @@ def test_merge_replaces_the_workloads_of_a_run_and_keeps_the_others():
         current.merge({"size": "small", "workloads": {}}, run, "c")
     with pytest.raises(SystemExit, match="README.md has no generated part"):
         current.replace_generated("no markers", "x", "README.md")
+
+
+def test_beyond_quick_times_gradax_its_torch_reference_and_adamw(tmp_path):
+    from benchmarks import beyond
+
+    out, md = tmp_path / "beyond.json", tmp_path / "beyond.md"
+    beyond.main(["--quick", "--only", "muon,laprop", "--out", str(out), "--md", str(md)])
+    saved = json.loads(out.read_text())
+    assert saved["size"] == "tiny" and set(saved["optimizers"]) == {"muon", "laprop"}
+    for name, row in saved["optimizers"].items():
+        assert row["step_s"]["gradax"]["median"] > 0 and row["step_s"][beyond.ADAMW]["median"] > 0, name
+        assert row["compile_s"] > 0 and row["state_bytes"] > 0
+        assert ("torch" in row["step_s"]) != ("torch_missing" in row), name
+        assert f"| {name} |" in md.read_text()
+    with pytest.raises(SystemExit, match="unknown optimizer"):
+        beyond.main(["--quick", "--only", "nope"])
+
+
+def test_beyond_every_optimizer_builds_in_gradax_and_its_reference():
+    import jax
+    import numpy as np
+    from benchmarks import beyond
+    from benchmarks.suite.workloads import torch
+
+    import gradax
+
+    shapes = trees.gpt2_shapes(*trees.SIZES["tiny"]["gpt"])
+    params = trees.make_tree(shapes, np.float32, 0)
+    assert len(beyond.specs()) == 15
+    for spec in beyond.specs():
+        state = jax.eval_shape(spec.make(gradax).init, params)
+        assert jax.tree.leaves(state), spec.name
+        if torch is not None:
+            step, why = beyond._torch_step(spec, params, params, {"width": 16, "heads": 2})
+            assert step is not None, f"{spec.name}: {why}"

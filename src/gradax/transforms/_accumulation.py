@@ -114,7 +114,8 @@ def ema(decay: ArrayLike, debias: bool = True, accumulator_dtype: Any | None = N
 
     def update(updates, state, params=None):
         del params
-        beta, one_minus_beta = as_value(decay), as_value(1 - decay)
+        beta = as_value(decay)
+        one_minus_beta = 1 - beta  # from the float32 value, as inject_hyperparams' array decay computes it
         count = safe_int32_increment(state.count)
         correction = 1.0 - beta ** count.astype(beta.dtype)
 

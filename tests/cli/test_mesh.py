@@ -84,7 +84,7 @@ def test_placement_checks_the_batch_and_the_devices():
     with pytest.raises(CliError, match="--batch-size must be divisible by the 3 devices of the 'data' axis"):
         placement_for("data=3", False, 64)
     too_many = len(jax.devices()) + 1
-    with pytest.raises(CliError, match=rf"--mesh must ask for at most the {too_many - 1} cpu device\(s\)"):
+    with pytest.raises(CliError, match=rf"at most the {too_many - 1} cpu device\(s\).*in a fresh process"):
         placement_for(f"data={too_many}", False, too_many * 4)
     one = placement_for("data=1", True, 8)
     assert one.data_size == 1 and "ZeRO-1" in one.describe()
@@ -119,3 +119,12 @@ def test_help_documents_mesh(capsys):
     out = capsys.readouterr().out
     assert "--mesh AXIS=N[,AXIS=N]" in out and "--zero" in out and "ZeRO-1" in out
     assert "gradax train --task digits --mesh data=8 --zero" in out
+
+
+def test_too_few_accelerators_points_to_the_cpu(monkeypatch):
+    class _Gpu:
+        platform = "gpu"
+
+    monkeypatch.setattr(jax, "devices", lambda: [_Gpu()])
+    with pytest.raises(CliError, match=r"at most the 1 gpu device\(s\).*with JAX_PLATFORMS=cpu"):
+        placement_for("data=8", True, 64)

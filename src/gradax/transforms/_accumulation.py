@@ -12,18 +12,14 @@ from .._base import GradientTransformation, Params
 from .._checks import check_interval, check_non_negative
 from .._hyperparams import as_value
 from .._maps import map_n
-from .._numerics import leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from .._numerics import safe_int32_increment
+from .._state import zeros_state_like
 
 
 class TraceState(NamedTuple):
     """State of :func:`trace`."""
 
     trace: Params  # like params, dtype=accumulator_dtype (float32 for bf16/f16 params): the momentum
-
-
-def zeros_state_like(params: Params, dtype=None) -> Params:
-    """Zeros shaped like ``params`` (arrays or ``ShapeDtypeStruct``), with the dtype rule of :func:`state_dtype`."""
-    return jax.tree.map(lambda p: zeros_for(p, state_dtype(leaf_dtype(p), dtype)), params)
 
 
 def trace(decay: ArrayLike, nesterov: bool = False, accumulator_dtype: Any | None = None) -> GradientTransformation:

@@ -107,7 +107,7 @@ def _numbers_ok_init(init: Callable) -> Callable:
     def wrapped(params):
         return init(scalars_as_arrays(params))
 
-    wrapped.__gradax_numbers_ok__ = True
+    wrapped.__gradax_numbers_ok__ = True  # pyrefly: ignore[missing-attribute] - a marker set on the function object
     return wrapped
 
 
@@ -125,7 +125,7 @@ def _numbers_ok_update(update: Callable) -> Callable:
             extra_args["params"] = scalars_as_arrays(extra_args["params"])
         return update(updates, state, *args, **extra_args)
 
-    wrapped.__gradax_numbers_ok__ = True
+    wrapped.__gradax_numbers_ok__ = True  # pyrefly: ignore[missing-attribute] - a marker set on the function object
     return wrapped
 
 
@@ -164,7 +164,7 @@ class GradientTransformationExtraArgs(GradientTransformation):
     not use are ignored.
     """
 
-    update: TransformUpdateExtraArgsFn
+    update: TransformUpdateExtraArgsFn  # pyrefly: ignore[bad-override] - narrows the field's type: takes extra args
 
 
 class EmptyState(NamedTuple):

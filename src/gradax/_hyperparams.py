@@ -15,7 +15,8 @@ Rules:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeGuard
 
 import jax
 import jax.numpy as jnp
@@ -23,10 +24,11 @@ import jax.numpy as jnp
 
 def hyperparam_dtype() -> jnp.dtype:
     """float32, or float64 under ``jax_enable_x64``: the dtype hyperparameters are computed in."""
+    # pyrefly: ignore[missing-attribute] - jax.config's flags are attributes made at run time
     return jnp.dtype(jnp.float64) if jax.config.jax_enable_x64 else jnp.dtype(jnp.float32)
 
 
-def is_schedule(x: Any) -> bool:
+def is_schedule(x: Any) -> TypeGuard[Callable[..., Any]]:
     """Whether the hyperparameter ``x`` is a schedule: any callable that is not a class (Equinox modules included)."""
     return callable(x) and not isinstance(x, type)
 

@@ -46,7 +46,7 @@ def skip_not_finite(updates: Updates, gradient_step: ArrayLike, params: Params |
     """
     del gradient_step, params
     counts = [jnp.sum(~jnp.isfinite(x)).astype(jnp.int32) for x in jax.tree.leaves(updates)]
-    num_not_finite = sum(counts) if counts else jnp.zeros([], jnp.int32)
+    num_not_finite = sum(counts[1:], counts[0]) if counts else jnp.zeros([], jnp.int32)
     should_skip = num_not_finite > 0
     return should_skip, dict(should_skip=should_skip, num_not_finite=jnp.asarray(num_not_finite, jnp.int32))
 
@@ -67,7 +67,7 @@ def skip_large_updates(
     """
     del gradient_step, params
     squares = [jnp.sum(abs_sq(x)) for x in jax.tree.leaves(updates)]
-    norm_squared = sum(squares) if squares else jnp.zeros([], jnp.float32)
+    norm_squared = sum(squares[1:], squares[0]) if squares else jnp.zeros([], jnp.float32)
     should_skip = jnp.logical_or(~jnp.isfinite(norm_squared), norm_squared > max_squared_norm)
     return should_skip, dict(should_skip=should_skip, norm_squared=norm_squared)
 
@@ -213,7 +213,7 @@ class MultiSteps:
         new_updates = jax.tree.map(
             lambda o, g: jnp.where(emit, o.astype(jnp.result_type(g)), jnp.zeros((), jnp.result_type(g))), out, updates
         )
-        keep = lambda new, old: jnp.where(skip, old, new)  # noqa: E731
+        keep = lambda new, old: jnp.where(skip, old, new)
         new_state = MultiStepsState(
             mini_step=jnp.where(emit, 0, keep(mini + 1, mini)).astype(jnp.int32),
             gradient_step=jnp.where(emit, safe_int32_increment(state.gradient_step), state.gradient_step),

@@ -297,18 +297,14 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(k, min(n, k + size)) for k in range(0, n, size)]
 
 
-PER_LEAF = "per_leaf"  # a result spec: one float32 per leaf, the chunks' vectors concatenated
-
-
 def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL, carry=()):
     """``target`` called once per ``size`` leaves: the operands are ``head(chunk)`` (a slice of leaf indices), then
     the ``carry`` arrays, then each of ``groups`` (lists of per-leaf arrays, one entry per leaf) sliced to the chunk,
     group after group. The first results are the new ``carry`` (aliased, in place), handed to the next call.
 
-    ``results`` says what comes back, one entry per result group: an int ``k`` (each leaf's result takes the
-    shape, dtype and buffer of its operand in ``groups[k]``: in place), a function of the leaf's first-group
-    operand giving a ``ShapeDtypeStruct``, or :data:`PER_LEAF`. Returns one list per result group (a float32 vector
-    for :data:`PER_LEAF`), then the final ``carry`` when there is one.
+    ``results`` lists, per result group, the index ``k`` of the operand group whose buffers it takes (each leaf's
+    result has the shape, dtype and buffer of its operand in ``groups[k]``: in place). Returns one list per result
+    group, then the final ``carry`` when there is one.
     """
     status = load()  # registers the targets with XLA on first use
     if not status.available:
@@ -322,23 +318,17 @@ def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL, carry=
         aliases = {len(lead) + k: k for k in range(len(carry))}
         shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in carry]
         lead += carry
-        for spec in results:
-            if spec is PER_LEAF:
-                shapes.append(jax.ShapeDtypeStruct((n,), jnp.float32))
-                continue
-            for i, x in enumerate(chunk[0] if callable(spec) else chunk[spec]):
-                if not callable(spec):
-                    aliases[len(lead) + spec * n + i] = len(shapes)
-                shapes.append(spec(x) if callable(spec) else jax.ShapeDtypeStruct(x.shape, x.dtype))
-        out = jax.ffi.ffi_call(target, shapes, input_output_aliases=aliases or None)(
+        for k in results:
+            for i, x in enumerate(chunk[k]):
+                aliases[len(lead) + k * n + i] = len(shapes)
+                shapes.append(jax.ShapeDtypeStruct(x.shape, x.dtype))
+        out = jax.ffi.ffi_call(target, shapes, input_output_aliases=aliases)(
             *lead, *(x for group in chunk for x in group)
         )
         carry, start = list(out[: len(carry)]), len(carry)
-        for k, spec in enumerate(results):
-            width = 1 if spec is PER_LEAF else n
-            outs[k] += out[start : start + width]
-            start += width
-    outs = [jnp.concatenate(o) if spec is PER_LEAF else o for o, spec in zip(outs, results, strict=True)]
+        for k in range(len(results)):
+            outs[k] += out[start : start + n]
+            start += n
     return outs + carry
 
 
@@ -422,14 +412,6 @@ def lion_step(scalars: jax.Array, decay: jax.Array, params: list, grads: list, m
     """
     head = lambda part: (scalars, decay[part])
     return tuple(_call_per_leaves("gradax_lion_step", head, [params, grads, mu], [0, 2]))
-
-
-def sum_squares(leaves: list) -> jax.Array:
-    """float32[len(leaves)]: the sum of squares of each float32 or bfloat16 leaf (accumulated in float64), one
-    pass."""
-    if not leaves:
-        return jnp.zeros([0], jnp.float32)
-    return _call_per_leaves("gradax_sum_squares", lambda part: (), [leaves], [PER_LEAF], 4 * LEAVES_PER_CALL)[0]
 
 
 def adafactor_matrices(

@@ -14,8 +14,6 @@
  *
  * gradax_adamw8_step: the same step with block-wise 8-bit moments (see its operands below): 16 bytes per parameter.
  *
- * gradax_sum_squares: args[i] float32 or bfloat16 leaves; rets[0] float32[n], the sum of squares of each leaf.
- *
  * The job that splits the work over XLA's thread pool is in fused_common.h.
  */
 #include "fused_common.h"
@@ -487,85 +485,6 @@ XLA_FFI_Error* gradax_adamw8_step(XLA_FFI_CallFrame* frame) {
     job->parts = parts_for(frame, elements);
     job->run = adamw8_run;
     run_job(frame, job);
-    release(job);
-    return NULL;
-}
-
-/* ---------------------------------------------------------------------------------------------------------- */
-/* Sum of squares per leaf: each part adds into its own row of partial sums, the caller adds the rows. */
-
-typedef struct {
-    void** x;
-    uint8_t* bf16;   /* 1 where leaf i is bfloat16 */
-    double* partial; /* [parts][n] */
-} SumSq;
-
-GRADAX_CLONES
-static double sum_squares_span(const float* restrict x, int64_t lo, int64_t hi) {
-    float acc[16] = {0}; /* 16 float32 partial sums (one vector), combined in double */
-    int64_t i = lo;
-    for (; i + 16 <= hi; i += 16)
-        for (int k = 0; k < 16; ++k) acc[k] += x[i + k] * x[i + k];
-    double total = 0.0;
-    for (int k = 0; k < 16; ++k) total += acc[k];
-    for (; i < hi; ++i) total += (double)x[i] * x[i];
-    return total;
-}
-
-GRADAX_CLONES
-static double sum_squares_span_bf16(const uint16_t* restrict x, int64_t lo, int64_t hi) {
-    float acc[16] = {0};
-    int64_t i = lo;
-    for (; i + 16 <= hi; i += 16)
-        for (int k = 0; k < 16; ++k) acc[k] += bf16_to_f32(x[i + k]) * bf16_to_f32(x[i + k]);
-    double total = 0.0;
-    for (int k = 0; k < 16; ++k) total += acc[k];
-    for (; i < hi; ++i) total += (double)bf16_to_f32(x[i]) * bf16_to_f32(x[i]);
-    return total;
-}
-
-static void sumsq_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
-    SumSq* s = (SumSq*)job->data;
-    double sum = s->bf16[leaf] ? sum_squares_span_bf16((const uint16_t*)s->x[leaf], lo, hi)
-                               : sum_squares_span((const float*)s->x[leaf], lo, hi);
-    s->partial[(size_t)part * (size_t)job->n + (size_t)leaf] += sum;
-}
-
-XLA_FFI_Error* gradax_sum_squares(XLA_FFI_CallFrame* frame) {
-    if (answer_metadata(frame)) return NULL;
-    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-    int64_t n = frame->args.size;
-    if (frame->rets.size != 1 || num_elements((XLA_FFI_Buffer*)frame->rets.rets[0]) != n)
-        return make_error(frame, "gradax_sum_squares: expected one float32[n] result");
-    for (int64_t i = 0; i < n; ++i) {
-        if (!is_buffer(frame, i) || (dtype_of(frame->args.args[i]) != XLA_FFI_DataType_F32 &&
-                                     dtype_of(frame->args.args[i]) != XLA_FFI_DataType_BF16))
-            return make_error(frame, "gradax_sum_squares: every operand must be float32 or bfloat16");
-    }
-    float* out = data_of(frame->rets.rets[0]);
-    if (n == 0) return NULL;
-    size_t ptrs = (size_t)n * sizeof(float*);
-    size_t partial_bytes = (size_t)MAX_PARTS * (size_t)n * sizeof(double);
-    Job* job = new_job(n, sizeof(SumSq) + ptrs + (size_t)n + 16 + partial_bytes);
-    if (job == NULL) return make_error(frame, "gradax_sum_squares: out of memory");
-    SumSq* s = (SumSq*)job->data;
-    s->x = (void**)((char*)job->data + sizeof(SumSq));
-    s->bf16 = (uint8_t*)((char*)s->x + ptrs);
-    s->partial = (double*)(((uintptr_t)(s->bf16 + n) + 15) & ~(uintptr_t)15);
-    job->offset[0] = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        s->x[i] = ((XLA_FFI_Buffer*)frame->args.args[i])->data;
-        s->bf16[i] = dtype_of(frame->args.args[i]) == XLA_FFI_DataType_BF16;
-        job->offset[i + 1] = job->offset[i] + num_elements((XLA_FFI_Buffer*)frame->args.args[i]);
-    }
-    job->parts = parts_for(frame, job->offset[n]);
-    job->run = sumsq_run;
-    run_job(frame, job);
-    for (int64_t i = 0; i < n; ++i) {
-        double total = 0.0;
-        for (int k = 0; k < job->parts; ++k) total += s->partial[(size_t)k * (size_t)n + (size_t)i];
-        out[i] = (float)total;
-    }
     release(job);
     return NULL;
 }

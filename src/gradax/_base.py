@@ -61,16 +61,20 @@ class TransformInitFn(Protocol):
 
 
 class TransformUpdateFn(Protocol):
-    """``update(updates, state, params=None) -> (updates, state)``."""
+    """``update(updates, state, params=None) -> (updates, state)``; ``updates`` and ``state`` are passed by position
+    (an implementation may name them as it likes, e.g. ``per_elt_updates``)."""
 
-    def __call__(self, updates: Updates, state: OptState, params: Params | None = None) -> tuple[Updates, OptState]: ...
+    def __call__(
+        self, updates: Updates, state: OptState, /, params: Params | None = None
+    ) -> tuple[Updates, OptState]: ...
 
 
 class TransformUpdateExtraArgsFn(Protocol):
-    """``update(updates, state, params=None, **extra_args) -> (updates, state)``."""
+    """``update(updates, state, params=None, **extra_args) -> (updates, state)``; ``updates`` and ``state`` are passed
+    by position."""
 
     def __call__(
-        self, updates: Updates, state: OptState, params: Params | None = None, **extra_args: Any
+        self, updates: Updates, state: OptState, /, params: Params | None = None, **extra_args: Any
     ) -> tuple[Updates, OptState]: ...
 
 

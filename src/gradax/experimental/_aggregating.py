@@ -38,7 +38,7 @@ class AggregatorUpdateFn(Protocol):
     """``update(per_elt_updates, state, params=None, **extra_args) -> (aggregated_updates, state)``."""
 
     def __call__(
-        self, per_elt_updates: PerElementUpdates, state: Any, params: Any = None, **extra_args: Any
+        self, per_elt_updates: PerElementUpdates, state: Any, /, params: Any = None, **extra_args: Any
     ) -> tuple[AggregatedUpdates, Any]: ...
 
 
@@ -57,7 +57,7 @@ class Aggregator(GradientTransformationExtraArgs):
       Array([2., 3.], dtype=float32)
     """
 
-    update: AggregatorUpdateFn
+    update: AggregatorUpdateFn  # pyrefly: ignore[bad-override] - narrows the field's type (per-element updates)
 
 
 class AccumulateAvgUpdatesState(NamedTuple):
@@ -95,7 +95,7 @@ def _axes(api: str, per_elt_axis: Any) -> tuple[int, ...]:
     raise argument_error(api, "per_elt_axis", "an int or a non-empty sequence of ints", per_elt_axis)
 
 
-def get_batch_size_from_per_elt_updates(per_elt_updates: PerElementUpdates, per_elt_axis: int | list[int]) -> int:
+def get_batch_size_from_per_elt_updates(per_elt_updates: PerElementUpdates, per_elt_axis: int | Sequence[int]) -> int:
     r"""The number of elements in a batch of per-element updates: the product of the sizes of ``per_elt_axis``.
 
     .. math::
@@ -324,8 +324,8 @@ def get_per_element_mean_and_sum_sq_diff_grads(
 
         mean = jax.tree.map(merge_mean, state.mean_grads, batch_mean)
         m2 = jax.tree.map(merge_m2, state.sum_sq_diff_grads, batch_m2, state.mean_grads, batch_mean)
-        emit = lambda x: jnp.where(ready, x, jnp.zeros_like(x))  # noqa: E731
-        keep = lambda x: jnp.where(ready, jnp.zeros_like(x), x)  # noqa: E731
+        emit = lambda x: jnp.where(ready, x, jnp.zeros_like(x))
+        keep = lambda x: jnp.where(ready, jnp.zeros_like(x), x)
         out_mean = jax.tree.map(lambda x, g: emit(x).astype(g.dtype), mean, batch_mean)
         aux = {
             "sum_sq_diff_grads": jax.tree.map(emit, m2),

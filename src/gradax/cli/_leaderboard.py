@@ -16,8 +16,8 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from ._checkpoint import RunFolder
+from ._common import default_out, short
 from ._common import say as _say
-from ._common import short
 from ._multi import (
     LeaderboardError,
     best_row,
@@ -32,7 +32,7 @@ from ._multi import (
     summarize,
     sweep_table,
 )
-from ._nanogpt import NANOGPT, adamw_expression
+from ._nanogpt import NANOGPT, adamw_expression, for_steps
 
 #: Width (characters) of an optimizer expression used as a run's name in progress lines and legends.
 NAME_WIDTH = 40
@@ -182,8 +182,14 @@ def cmd_compare_multi(args, task, steps: int, batch_size: int, eval_every: int) 
 # ----------------------------------------------------------------------------------------------------------------
 
 
+#: Every leaderboard schedule decays to this fraction of its peak, as nanoGPT's (1e-3 to 1e-4).
+FINAL_LR_FRACTION = NANOGPT.min_lr / NANOGPT.learning_rate
+#: The validation loss is evaluated this many times over a leaderboard run (``--eval-every`` when not given).
+EVALUATIONS = 40
+
+
 def _sched(peak: float, warmup: int, steps: int) -> str:
-    return f"warmup_cosine_decay_schedule(0.0, {peak:g}, {warmup}, {steps}, {peak / 10:g})"
+    return f"warmup_cosine_decay_schedule(0.0, {peak:g}, {warmup}, {steps}, {peak * FINAL_LR_FRACTION:g})"
 
 
 def leaderboard_entries(steps: int, warmup: int) -> list[tuple[str, str]]:
@@ -244,7 +250,7 @@ def cmd_leaderboard(args, get_task) -> int:
     if steps < 1 or n < 1:
         raise LeaderboardError(f"--steps and --seeds must be positive integers; got {steps} and {n}")
     factors = parse_factors(args.sweep or preset.sweep)
-    warmup = max(1, min(NANOGPT.warmup_iters, steps // 20))
+    warmup = for_steps(NANOGPT, steps).warmup_iters
     entries = leaderboard_entries(steps, warmup)
     if args.only:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
@@ -253,8 +259,8 @@ def cmd_leaderboard(args, get_task) -> int:
         if unknown:
             raise LeaderboardError(f"--only must name leaderboard optimizers ({', '.join(known)}); got {unknown}")
         entries = [e for e in entries if e[0] in wanted or e[0] == "adamw"]  # AdamW sets the target
-    eval_every = args.eval_every or max(1, steps // 40)
-    out = args.out or str(Path("runs") / f"leaderboard-{task.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    eval_every = args.eval_every or max(1, steps // EVALUATIONS)
+    out = args.out or default_out("leaderboard", task.name)
     config = {
         "command": "leaderboard",
         "task": task.name,

@@ -27,7 +27,7 @@ import gradax
 
 from ._common import short
 from ._expr import ExpressionError, _Builder, parse, parse_optimizer
-from ._run import Progress, _strong, step_compiler_options
+from ._run import PLOT_DPI, SMOOTHING_WINDOWS, Progress, _strong, step_compiler_options
 from ._tasks import Task
 
 
@@ -220,11 +220,15 @@ def _finite_or_inf(x: float) -> float:
     return x if math.isfinite(x) else float("inf")
 
 
+#: The final train loss of a batched run is the mean over its last 1/TRAIN_LOSS_TAIL_PARTS of steps.
+TRAIN_LOSS_TAIL_PARTS = 10
+
+
 def summarize(res: MultiResult, target: float | None) -> list[dict]:
     """One row per sweep factor: mean and spread over the seeds of the final losses and of steps-to-target."""
     n_f = len(res.factors)
     bad = res.first_nonfinite()
-    tail = max(1, res.train_loss.shape[1] // 10)
+    tail = max(1, res.train_loss.shape[1] // TRAIN_LOSS_TAIL_PARTS)
     stt = res.steps_to_target(target) if target is not None else None
     rows = []
     for j, f in enumerate(res.factors):
@@ -285,6 +289,10 @@ def _fmt_steps(row: dict) -> str:
     return s + (f" ({row['reached']}/{row['seeds']} seeds)" if row["reached"] < row["seeds"] else "")
 
 
+#: Widths (characters) of an optimizer expression in the ranked table and in the sweep table.
+RANKED_WIDTH, SWEEP_WIDTH = 160, 80
+
+
 def ranked_table(rows: list[dict], target: float | None) -> str:
     """Markdown: rank, steps to target (if any), final test loss mean ± std, peak lr, time, optimizer."""
     head = "| rank |" + (f" steps to test loss {target:.4g} |" if target is not None else "")
@@ -297,7 +305,7 @@ def ranked_table(rows: list[dict], target: float | None) -> str:
         if row["nonfinite_runs"]:
             loss += f" ({row['nonfinite_runs']} non-finite from step {row['first_nonfinite_step']})"
         cells += [loss, f"{row['final_test_accuracy_mean']:.4f}", lr, f"{row['wall_time_per_run_s']:.1f}"]
-        cells.append(f"`{short(row['optimizer'], 160)}`")
+        cells.append(f"`{short(row['optimizer'], RANKED_WIDTH)}`")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -311,7 +319,7 @@ def sweep_table(all_rows: list[list[dict]]) -> str:
             mark = "**" if row is best else ""
             lr = "" if row["peak_lr"] is None else f"{row['peak_lr']:.3g}"
             lines.append(
-                f"| `{short(row['optimizer'], 80)}` | {mark}{row['lr_factor']:g}{mark} | {lr} | "
+                f"| `{short(row['optimizer'], SWEEP_WIDTH)}` | {mark}{row['lr_factor']:g}{mark} | {lr} | "
                 f"{mark}{row['final_test_loss_mean']:.4f} ± {row['final_test_loss_std']:.4f}{mark} |"
             )
     return "\n".join(lines)
@@ -342,7 +350,7 @@ def plot_seed_bands(results: list[tuple[str, MultiResult, float]], path, title: 
     for name, res, factor in results:
         idx = _best_runs(res, factor)
         tr = res.train_loss[idx]
-        n = max(1, tr.shape[1] // 50)
+        n = max(1, tr.shape[1] // SMOOTHING_WINDOWS)
         sm = np.stack([_smooth(list(row), n) for row in tr])
         steps = np.arange(1, tr.shape[1] + 1)
         line = ax1.plot(steps, sm.mean(0), label=name)[0]
@@ -359,7 +367,7 @@ def plot_seed_bands(results: list[tuple[str, MultiResult, float]], path, title: 
     ax2.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
 
 
@@ -379,7 +387,7 @@ def plot_steps_to_target(rows: list[dict], names: list[str], path, title: str) -
     ax.set(xlabel="steps to target test loss (fewer is better)", title=title)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
 
 
@@ -395,7 +403,7 @@ def plot_sweep(all_rows: list[list[dict]], names: list[str], path, title: str) -
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
 
 

@@ -121,11 +121,15 @@ def learning_rate(it: int, cfg: GPTConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.learning_rate - cfg.min_lr) * (1.0 + math.cos(math.pi * frac))
 
 
+#: A shortened run warms up over at most 1/WARMUP_PARTS of its steps (nanoGPT's 100 of 2,000).
+WARMUP_PARTS = 20
+
+
 def for_steps(cfg: GPTConfig, steps: int) -> GPTConfig:
     """``cfg`` shortened to ``steps`` iterations: the cosine ends there, warmup at most a twentieth of the run."""
     if steps == cfg.max_iters:
         return cfg
-    return dataclasses.replace(cfg, max_iters=steps, warmup_iters=min(cfg.warmup_iters, max(1, steps // 20)))
+    return dataclasses.replace(cfg, max_iters=steps, warmup_iters=min(cfg.warmup_iters, max(1, steps // WARMUP_PARTS)))
 
 
 def adamw_expression(cfg: GPTConfig, steps: int | None = None) -> str:

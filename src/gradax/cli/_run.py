@@ -24,6 +24,13 @@ from ._common import default_eval_every
 from ._mesh import Placement, state_bytes
 from ._tasks import Task
 
+#: Without a terminal, the progress bar prints about this many lines per run.
+PROGRESS_LINES = 10
+#: Loss curves are smoothed over a moving window of 1/SMOOTHING_WINDOWS of the run.
+SMOOTHING_WINDOWS = 50
+#: Resolution of the PNG plots.
+PLOT_DPI = 90
+
 
 class Progress:
     """A plain-text progress bar on stderr (redraws in place on a terminal, prints ~10 lines otherwise)."""
@@ -55,7 +62,7 @@ class Progress:
             if step == self.total:
                 self.stream.write("\n")
         else:
-            every = max(1, self.total // 10)
+            every = max(1, self.total // PROGRESS_LINES)
             if step == self.total or step // every != self.last_line_step // every:
                 self.stream.write(line + "\n")
                 self.last_line_step = step
@@ -377,7 +384,7 @@ def plot_curves(histories: dict[str, History], path: Path, title: str) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for name, h in histories.items():
         steps, loss = h.series("loss")
-        line = ax1.plot(steps, _smooth(loss, max(1, len(loss) // 50)), label=name)[0]
+        line = ax1.plot(steps, _smooth(loss, max(1, len(loss) // SMOOTHING_WINDOWS)), label=name)[0]
         ts, tl = h.series("test_loss")
         ax1.plot(ts, tl, linestyle="--", color=line.get_color(), alpha=0.7)
         ts, ta = h.series("test_accuracy")
@@ -389,7 +396,7 @@ def plot_curves(histories: dict[str, History], path: Path, title: str) -> None:
     ax2.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
 
 
@@ -403,5 +410,5 @@ def plot_values(steps, series: dict[str, Any], path: Path, title: str, ylabel: s
     if len(series) > 1:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)

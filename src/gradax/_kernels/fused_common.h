@@ -262,24 +262,24 @@ static inline enum FmaLevel fma_level(void) {
  * name_baseline (not fused), and `name_for_cpu()` picking one; `params` and `args` are parenthesized lists. */
 #define GRADAX_UNPAREN(...) __VA_ARGS__
 #if defined(__x86_64__) || defined(__i386__)
-#define GRADAX_FMA_VARIANTS(name, body, params, args)                                                              \
-    __attribute__((target("avx512f,fma"))) static void name##_avx512 params { body(GRADAX_UNPAREN args, 1); }                   \
-    __attribute__((target("avx2,fma"))) static void name##_avx2 params { body(GRADAX_UNPAREN args, 1); }                        \
-    __attribute__((target("fma"))) static void name##_fma params { body(GRADAX_UNPAREN args, 1); }                              \
-    static void name##_baseline params { body(GRADAX_UNPAREN args, 0); }                                                          \
-    typedef void(*name##_fn) params;                                                                              \
-    static name##_fn name##_for_cpu(void) {                                                                       \
-        switch (fma_level()) {                                                                                    \
-        case FMA_AVX512: return name##_avx512;                                                                    \
-        case FMA_AVX2: return name##_avx2;                                                                        \
-        case FMA_ONLY: return name##_fma;                                                                         \
-        default: return name##_baseline;                                                                          \
-        }                                                                                                         \
+#define GRADAX_FMA_VARIANTS(name, body, params, args)                                                                  \
+    __attribute__((target("avx512f,fma"))) static void name##_avx512 params { body(GRADAX_UNPAREN args, 1); }          \
+    __attribute__((target("avx2,fma"))) static void name##_avx2 params { body(GRADAX_UNPAREN args, 1); }               \
+    __attribute__((target("fma"))) static void name##_fma params { body(GRADAX_UNPAREN args, 1); }                     \
+    static void name##_baseline params { body(GRADAX_UNPAREN args, 0); }                                               \
+    typedef void(*name##_fn) params;                                                                                   \
+    static name##_fn name##_for_cpu(void) {                                                                            \
+        switch (fma_level()) {                                                                                         \
+        case FMA_AVX512: return name##_avx512;                                                                         \
+        case FMA_AVX2: return name##_avx2;                                                                             \
+        case FMA_ONLY: return name##_fma;                                                                              \
+        default: return name##_baseline;                                                                               \
+        }                                                                                                              \
     }
 #else
-#define GRADAX_FMA_VARIANTS(name, body, params, args)                                                              \
-    static void name##_baseline params { body(GRADAX_UNPAREN args, 0); }                                                          \
-    typedef void(*name##_fn) params;                                                                              \
+#define GRADAX_FMA_VARIANTS(name, body, params, args)                                                                  \
+    static void name##_baseline params { body(GRADAX_UNPAREN args, 0); }                                               \
+    typedef void(*name##_fn) params;                                                                                   \
     static name##_fn name##_for_cpu(void) { return name##_baseline; }
 #endif
 

@@ -106,6 +106,17 @@ def adafactor(
                     picked.append(i)
         return picked
 
+    def scalars_at(state: Any) -> jax.Array:
+        """The kernel's step scalars (``_kernels.ADAFACTOR_SCALARS``) for this state."""
+        beta = as_value(decay_rate_pow(state[0].count - decay_offset, decay_rate))
+        lr = 1.0 if lr_tx is None else lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0]
+        clip = 0.0 if clipping_threshold is None else as_value(clipping_threshold)
+        values = dict(
+            beta=beta, eps=as_value(eps), clipping_threshold=clip, learning_rate=lr,
+            parameter_scale=float(multiply_by_parameter_scale),
+        )  # fmt: skip
+        return jnp.stack([jnp.asarray(values[k], jnp.float32) for k in _kernels.ADAFACTOR_SCALARS])
+
     def kernel_step(picked: list[int], params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         fstate = state[0]
         p_leaves, treedef, (g_leaves, rows, cols, vs) = leaves_like(params, grads, fstate.v_row, fstate.v_col, fstate.v)
@@ -126,16 +137,13 @@ def adafactor(
         b_first = [dims_of(p_leaves[i])[1] == 0 for i in picked]
         per_row = [cols[i] if first else rows[i] for i, first in zip(picked, b_first, strict=True)]
         per_col = [rows[i] if first else cols[i] for i, first in zip(picked, b_first, strict=True)]
-        beta = as_value(decay_rate_pow(fstate.count - decay_offset, decay_rate))
-        lr = 1.0 if lr_tx is None else lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0]
-        clip = 0.0 if clipping_threshold is None else as_value(clipping_threshold)
-        values = dict(
-            beta=beta, eps=as_value(eps), clipping_threshold=clip, learning_rate=lr,
-            parameter_scale=float(multiply_by_parameter_scale),
-        )  # fmt: skip
-        scalars = jnp.stack([jnp.asarray(values[k], jnp.float32) for k in _kernels.ADAFACTOR_SCALARS])
         updated, row_out, col_out = _kernels.adafactor_matrices(
-            scalars, jnp.asarray(b_first, jnp.float32), take(p_leaves, picked), take(g_leaves, picked), per_row, per_col
+            scalars_at(state),
+            jnp.asarray(b_first, jnp.float32),
+            take(p_leaves, picked),
+            take(g_leaves, picked),
+            per_row,
+            per_col,
         )
         put(new_p, picked, updated)
         for i, first, r, c in zip(picked, b_first, row_out, col_out, strict=True):

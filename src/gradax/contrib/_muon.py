@@ -104,7 +104,7 @@ def orthogonalize(x, coeffs, ns_steps, preconditioning, eps, dims: MuonDimension
     return map_matrices(lambda m: _newton_schulz(m, coeffs, ns_steps, preconditioning, eps), x, dims)
 
 
-def preset_rows(api: str, name: str, ns_steps: int) -> tuple:
+def preset_rows(api: str, name: str, ns_steps: ArrayLike) -> tuple:
     """The Newton-Schulz coefficient rows of a named preset for ``ns_steps`` iterations."""
     check_one_of(api, "ns_coeffs", name, tuple(_NS_PRESETS))
     rows = _NS_PRESETS[name]

@@ -118,7 +118,7 @@ def sophia(
     b1: ArrayLike = 0.965,
     b2: ArrayLike = 0.99,
     eps: ArrayLike = 1e-8,
-    weight_decay: ArrayLike = 1e-4,
+    weight_decay: ScalarOrSchedule = 1e-4,
     weight_decay_mask: Any | Callable[[Any], Any] | None = None,
     gamma: ArrayLike = 0.01,
     clip_threshold: ArrayLike | None = 1.0,

@@ -26,9 +26,11 @@ class ScaleByOptimisticGradientState(NamedTuple):
     previous_gradient: Updates  # like params: the last incoming updates
 
 
-def _no_schedule(api: str, arg: str, value: Any) -> None:
+def _no_schedule(api: str, arg: str, value: Any) -> ArrayLike:
+    """``value``, checked not to be a schedule."""
     if is_schedule(value):
         raise argument_error(api, arg, "a number or an array", "a callable", "Schedules are not supported here")
+    return value
 
 
 def scale_by_optimistic_gradient(alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0) -> GradientTransformation:
@@ -116,10 +118,10 @@ def optimistic_gradient_descent(
       Mokhtari et al., 2019, "A Unified Analysis of Extra-gradient and Optimistic Gradient Methods for Saddle
       Point Problems: Proximal Point Approach".
     """
-    _no_schedule("optimistic_gradient_descent", "alpha", alpha)
-    _no_schedule("optimistic_gradient_descent", "beta", beta)
+    alpha_value = _no_schedule("optimistic_gradient_descent", "alpha", alpha)
+    beta_value = _no_schedule("optimistic_gradient_descent", "beta", beta)
     return chain(
-        scale_by_optimistic_gradient(alpha, beta),
+        scale_by_optimistic_gradient(alpha_value, beta_value),
         *decoupled_weight_decay(weight_decay, weight_decay_mask, cautious_weight_decay),
         scale_by_learning_rate(learning_rate),
     )

@@ -314,7 +314,8 @@ def _with_fused_step(inner_factory: Callable, injected: _Injected) -> GradientTr
 
     def step(params, state, grads):
         hyperparams, schedule_states = injected.advance(state, {})
-        params, inner_state = injected.build(hyperparams).step(params, state.inner_state, grads)
+        fused = typing.cast(FusedGradientTransformation, injected.build(hyperparams))  # a fused factory builds one
+        params, inner_state = fused.step(params, state.inner_state, grads)
         return params, injected.next_state(state, hyperparams, schedule_states, inner_state)
 
     def flat_step(params, state, grads, flat_reference):

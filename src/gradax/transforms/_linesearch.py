@@ -80,13 +80,14 @@ def _split_fn_kwargs(value_fn: Callable, extra_args: dict) -> dict:
     return {k: v for k, v in extra_args.items() if k in parameters}
 
 
-def _check_needs_all(api: str, value, grad, value_fn) -> None:
+def _check_needs_all(api: str, value, grad, value_fn: Callable[..., Any] | None) -> Callable[..., Any]:
+    """Raises when ``value``, ``grad`` or ``value_fn`` is missing; returns ``value_fn``."""
     for name, given, what in (
         ("value", value, "(the objective at params)"),
         ("grad", grad, "(the objective's gradient at params)"),
-        ("value_fn", value_fn, "(the objective, a function of params)"),
     ):
         check_needs(api, name, given, what)
+    return check_needs(api, "value_fn", value_fn, "(the objective, a function of params)")
 
 
 # --- backtracking ----------------------------------------------------------------------------------------------------
@@ -192,7 +193,7 @@ def scale_by_backtracking_linesearch(
 
     def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra_args):
         check_needs(api, "params", params)
-        _check_needs_all(api, value, grad, value_fn)
+        value_fn = _check_needs_all(api, value, grad, value_fn)
         fn = functools.partial(value_fn, **_split_fn_kwargs(value_fn, extra_args))
         dt = jnp.asarray(state.value).dtype  # a state edited with tree.set may hold Python scalars
         value = jnp.asarray(value).astype(dt)
@@ -583,7 +584,7 @@ def scale_by_zoom_linesearch(
 
     def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra_args):
         check_needs(api, "params", params)
-        _check_needs_all(api, value, grad, value_fn)
+        value_fn = _check_needs_all(api, value, grad, value_fn)
         dt = jnp.asarray(state.value).dtype  # a state edited with tree.set may hold Python scalars
         line = _line_through(value_fn, _split_fn_kwargs(value_fn, extra_args), params, updates, value, grad, dt)
         guess = jnp.ones([], dt) if initial_guess_strategy == "one" else jnp.asarray(state.learning_rate).astype(dt)

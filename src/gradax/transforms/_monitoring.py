@@ -152,7 +152,7 @@ def monitor(measures: dict[str, Any]) -> GradientTransformationExtraArgs:
     """
     if not isinstance(measures, dict):
         raise TypeError(f"monitor(measures=...) must be a dict from name to measure; got {type(measures).__name__}.")
-    items = []
+    items: list[tuple[str, Any, bool]] = []  # (name, measure, whether it is a transformation)
     for name, m in measures.items():
         if is_transformation(m):
             items.append((name, with_extra_args_support(m), True))

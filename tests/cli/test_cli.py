@@ -273,3 +273,10 @@ def test_bench_outside_a_checkout_says_what_to_do(tmp_path, monkeypatch, capsys)
     assert "the current folder" in err and "clone the repository" in err
     assert main(["bench", "--checkout", str(tmp_path / "nowhere"), "--size", "tiny"]) == 2
     assert "--checkout '" in capsys.readouterr().err
+
+
+def test_bench_passes_the_suites_options_through():
+    from gradax.cli._parser import build_parser
+
+    args, extra = build_parser().parse_known_args(["bench", "--check", "x", "--checkout", "/src", "--size", "tiny"])
+    assert args.checkout == "/src" and extra == ["--check", "x", "--size", "tiny"]  # no abbreviation of --checkout

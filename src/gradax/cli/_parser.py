@@ -18,10 +18,11 @@ from ._train import cmd_train
 
 COMMANDS = ("train", "compare", "leaderboard", "schedule", "demo", "bench")
 
+_PREFIXES = [f"{p}." for p in SUBMODULES]
 EXPR_HELP = textwrap.dedent(
     f"""\
     Expressions use gradax's public API (as in `import gradax as optax`): calls of public functions, optionally
-    under {", ".join(p + "." for p in SUBMODULES)} with literal arguments (numbers, strings, True/False/None,
+    under {", ".join(_PREFIXES[:-1])} or {_PREFIXES[-1]}, with literal arguments (numbers, strings, True/False/None,
     tuples, lists, dicts, unary minus) and nested calls. They are parsed with `ast`, never evaluated as Python."""
 )
 
@@ -256,6 +257,7 @@ def _add_bench(sub) -> None:
         ),
         cmd_bench,
     )
+    p.allow_abbrev = False  # the suite's own options pass through: none of them may be read as --checkout
     p.add_argument(
         "--checkout",
         default=None,

@@ -47,8 +47,8 @@ MESH_HELP = textwrap.dedent(
 )
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written; each option's help states its default itself."""
 
 
 def _examples(*lines: str) -> str:
@@ -64,8 +64,12 @@ def _subcommand(sub, name: str, summary: str, description: str, epilog: str, fun
 def _run_options(p: argparse.ArgumentParser) -> None:
     """What every checkpointed ``train``/``compare`` run takes: task, sizes, output folder, checkpoints, resume."""
     p.add_argument("--task", default=None, help=f"dataset/model: {', '.join(TASKS)} (default: digits)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: per task, 500 / 300)")
-    p.add_argument("--batch-size", type=int, default=None, help="batch size (default: per task, 64 / 32)")
+    p.add_argument(
+        "--steps", type=int, default=None, help="training steps (default: the task's own, e.g. 500 for digits)"
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="batch size (default: the task's own, e.g. 64 for digits)"
+    )
     p.add_argument("--seed", type=int, default=None, help="seed for initialisation and data order (default: 0)")
     p.add_argument(
         "--eval-every", type=int, default=None, help=f"test evaluation period (default: steps/{DEFAULT_EVALUATIONS})"
@@ -221,7 +225,7 @@ def _add_schedule(sub) -> None:
         cmd_schedule,
     )
     p.add_argument("expression", help="schedule expression")
-    p.add_argument("--steps", type=int, default=1000, help="number of steps N")
+    p.add_argument("--steps", type=int, default=1000, help="number of steps N (default: %(default)s)")
     p.add_argument("--out", default=None, help=f"PNG file to write (default: {RUNS}/schedule.png)")
 
 
@@ -235,9 +239,11 @@ def _add_demo(sub) -> None:
         "example:\n  gradax demo --out runs/demo",
         cmd_demo,
     )
-    p.add_argument("--out", default=str(RUNS / "demo"), help="folder for the demo runs (replaced)")
-    p.add_argument("--digits-steps", type=int, default=600, help="steps per optimizer on digits")
-    p.add_argument("--lm-steps", type=int, default=500, help="steps for the language model")
+    p.add_argument(
+        "--out", default=str(RUNS / "demo"), help="folder for the demo runs, replaced (default: %(default)s)"
+    )
+    p.add_argument("--digits-steps", type=int, default=600, help="steps per optimizer on digits (default: %(default)s)")
+    p.add_argument("--lm-steps", type=int, default=500, help="steps for the language model (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

@@ -3,7 +3,7 @@ form, and MADGRAD (momentumized dual averaging with a cube-root second moment)."
 
 from . import Entry
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
 
 ENTRIES = [
     # ACProp: Optax 0.2.8 uses g - m_{t-1} in the residual (docs/differences.md); checked in tests/contrib/test_acprop.py

@@ -7,7 +7,7 @@ import jax
 
 from . import Entry
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
 _NS_STATIC = "ns_steps is a static loop length: use static_args=('ns_steps',) (tests/contrib/test_muon.py)"
 _GALORE_ORACLE = {
     "oracle": "Optax 0.2.8 galore raises AttributeError on the None leaves of the battery trees; compared with Optax in "

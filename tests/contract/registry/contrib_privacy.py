@@ -3,7 +3,7 @@ per-example gradients made from the battery's gradients by a stateless stacking 
 
 from . import Entry
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
 
 
 def _per_example(lib):

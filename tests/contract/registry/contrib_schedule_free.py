@@ -3,7 +3,7 @@
 
 from . import Entry
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
 _SF_SCHED = "gradax evaluates the schedule from step 0, Optax 0.2.8 from step 1 (docs/differences.md)"
 
 ENTRIES = [

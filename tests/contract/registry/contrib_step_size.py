@@ -6,7 +6,7 @@ import jax.numpy as jnp
 
 from . import Entry
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
 
 
 def _value(params, grads, lib):

@@ -39,9 +39,10 @@ from ._update import reference_step
 
 
 class Step(Protocol):
-    """``step(params, state, grads) -> (new_params, new_state)``: ``update`` and ``apply_updates`` in one call."""
+    """``step(params, state, grads) -> (new_params, new_state)``: ``update`` and ``apply_updates`` in one call (the
+    arguments are passed by position)."""
 
-    def __call__(self, params: Params, state: OptState, grads: Updates) -> tuple[Params, OptState]: ...
+    def __call__(self, params: Params, state: OptState, grads: Updates, /) -> tuple[Params, OptState]: ...
 
 
 class FlatStep(Protocol):
@@ -54,6 +55,7 @@ class FlatStep(Protocol):
         state: OptState,
         grads: Updates,
         flat_reference: Callable[[GradientTransformationExtraArgs], Step],
+        /,
     ) -> tuple[Params, OptState]: ...
 
 

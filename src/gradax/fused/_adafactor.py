@@ -15,7 +15,16 @@ from .._update import apply_updates
 from ..optimizers._adafactor import FactoredState, decay_rate_pow, factored_dims
 from ..optimizers._adafactor import adafactor as _adafactor
 from ..transforms._scaling import scale_by_learning_rate
-from ._common import FusedGradientTransformation, Step, fused_factory, fused_transformation, leaves_like, put, take
+from ._common import (
+    FusedGradientTransformation,
+    Step,
+    fused_factory,
+    fused_transformation,
+    leaves_like,
+    matching_leaves,
+    put,
+    take,
+)
 
 _MIN_PARAM_SCALE = 1e-3  # scale_by_param_block_rms's default, as adafactor uses it
 
@@ -134,7 +143,7 @@ def adafactor(
 
         # the factored matrices, one after the other in one kernel: the statistics of a matrix averaged over its
         # axis d0 (v_row) are normalized by their mean; b_first where that axis is 0 (the per-column statistics)
-        b_first = [dims_of(p_leaves[i])[1] == 0 for i in picked]
+        b_first = [dims is not None and dims[1] == 0 for dims in (dims_of(p_leaves[i]) for i in picked)]
         per_row = [cols[i] if first else rows[i] for i, first in zip(picked, b_first, strict=True)]
         per_col = [rows[i] if first else cols[i] for i, first in zip(picked, b_first, strict=True)]
         updated, row_out, col_out = _kernels.adafactor_matrices(
@@ -159,7 +168,7 @@ def adafactor(
         fstate = state[0]
         if momentum is not None or weight_decay_rate is not None:
             return None
-        found = leaves_like(params, grads, fstate.v_row, fstate.v_col, fstate.v)
+        found = matching_leaves(params, grads, fstate.v_row, fstate.v_col, fstate.v)
         picked = [] if found is None else kernel_leaves(found[0], *found[2][:3])
         hypers = [decay_rate, decay_offset, eps, *([] if clipping_threshold is None else [clipping_threshold])]
         scalar = all(np.ndim(h) == 0 for h in hypers if not callable(h))

@@ -1,6 +1,7 @@
 """gradax.fused.adamw: AdamW whose ``step`` updates and applies in one kernel pass on the CPU."""
 
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -25,6 +26,7 @@ from ._common import (
     fused_factory,
     fused_transformation,
     leaves_like,
+    matching_leaves,
     put,
     take,
 )
@@ -183,7 +185,7 @@ class _AdamWKernels(NamedTuple):
         count_inc = safe_int32_increment(adam_state.count)
         a = AdamScalars.at(self.b1, self.b2, self.eps, self.eps_root, count_inc, self.nesterov)
         hat = a.hat
-        named = dict(b1=hat.b1, one_minus_b1=hat.one_minus_b1, b2=a.b2, one_minus_b2=a.one_minus_b2)
+        named: dict[str, Any] = dict(b1=hat.b1, one_minus_b1=hat.one_minus_b1, b2=a.b2, one_minus_b2=a.one_minus_b2)
         named.update(c1=hat.correction, c1_next=hat.next_correction if self.nesterov else hat.correction)
         named.update(c2=a.correction2, eps=a.eps, eps_root=a.eps_root, neg_lr=neg_lr)
         named.update(grad_scale=self.grad_scale(g_leaves), nesterov=float(self.nesterov))
@@ -197,11 +199,13 @@ class _AdamWKernels(NamedTuple):
         merged = len(p_leaves) > 1
         scalars, rates, count_inc, new_decay, new_lr = self.scalars_at(state, g_leaves, params, treedef, merged)
         new_p, new_m, new_v = list(p_leaves), list(m_leaves), list(v_leaves)
-        for index, call, extra in (
+        # scale_by_adam's dither seed (dither_pair: one hash for both moments)
+        seed = jnp.reshape(2 * count_inc, (1,))
+        calls: list[tuple[list[int], Callable[..., tuple], tuple]] = [
             (plan.dense, _kernels.adamw_step, ()),
-            # scale_by_adam's dither seed (dither_pair: one hash for both moments)
-            (plan.quantized, _kernels.adamw8_step, (jnp.reshape(2 * count_inc, (1,)),)),
-        ):
+            (plan.quantized, _kernels.adamw8_step, (seed,)),
+        ]
+        for index, call, extra in calls:
             if not index:
                 continue
             leaves = [take(x, index) for x in (p_leaves, g_leaves, m_leaves, v_leaves)]
@@ -227,7 +231,7 @@ class _AdamWKernels(NamedTuple):
         """The kernel step for these arguments, or None (float32 or bfloat16 leaves with float32 or 8-bit moments,
         scalar hyperparameters)."""
         adam_state = self.parts(state)[0]
-        found = leaves_like(params, grads, adam_state.mu, adam_state.nu)
+        found = matching_leaves(params, grads, adam_state.mu, adam_state.nu)
         plan = None if found is None else _plan(found[0], *found[2])
         if not (found and found[0] and plan is not None and self.scalar(state)):
             return None

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _kernels
-from .._base import GradientTransformation, Params, Updates
+from .._base import GradientTransformation, Params, Updates, with_extra_args_support
 from .._fused_step import FusedGradientTransformation, Step
 from .._fused_step import fused_factory as fused_factory
 from .._update import reference_step as reference_step
@@ -32,6 +32,7 @@ def fused_transformation(
     a CPU kernel can run, with the ``vmap`` and autodiff of ``update`` + ``apply_updates`` (:func:`with_reference`),
     and that is ``update`` + ``apply_updates`` otherwise. ``flat_kernel_for`` likewise gives the kernel step of
     ``gradax.flatten(this)`` (its state: ``tx``'s for one flat vector), whose reference is flatten's own."""
+    tx = with_extra_args_support(tx)
     reference = reference_step(tx.update)
 
     def step(params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
@@ -49,12 +50,18 @@ def fused_transformation(
     return FusedGradientTransformation(tx.init, tx.update, step, flat_step)
 
 
-def leaves_like(params: Params, *trees: Any) -> tuple[list, Any, list[list]] | None:
-    """``(param leaves, treedef, [leaves of each tree])`` with each tree flattened up to the params' structure; None
-    when some tree does not match it (the step is then ``update``, which raises its usual, explicit error)."""
+def leaves_like(params: Params, *trees: Any) -> tuple[list, Any, list[list]]:
+    """``(param leaves, treedef, [leaves of each tree])``, each tree flattened up to the params' structure (a tree
+    that does not match it raises ``ValueError`` or ``TypeError``)."""
     p_leaves, treedef = jax.tree.flatten(params)
+    return p_leaves, treedef, [treedef.flatten_up_to(t) for t in trees]
+
+
+def matching_leaves(params: Params, *trees: Any) -> tuple[list, Any, list[list]] | None:
+    """:func:`leaves_like`, or None when some tree does not match the params (the step is then ``update``, which
+    raises its usual, explicit error)."""
     try:
-        return p_leaves, treedef, [treedef.flatten_up_to(t) for t in trees]
+        return leaves_like(params, *trees)
     except (ValueError, TypeError):
         return None
 

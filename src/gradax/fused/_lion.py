@@ -22,6 +22,7 @@ from ._common import (
     fused_factory,
     fused_transformation,
     leaves_like,
+    matching_leaves,
 )
 
 # (params and grads dtype, momentum dtype) of the leaves the kernel takes
@@ -136,7 +137,7 @@ def lion(
 
     def kernel_for(params: Params, state: Any, grads: Updates) -> Step | None:
         """The kernel step for these arguments, or None (dense momentum, leaves of ``_KINDS``, scalar rates)."""
-        found = None if moments is not None else leaves_like(params, grads, state[0].mu)
+        found = None if moments is not None else matching_leaves(params, grads, state[0].mu)
         if not (found and found[0] and _covered(found[0], *found[2]) and tail.scalar(*state[1:])):
             return None
         return kernel_step

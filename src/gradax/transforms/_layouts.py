@@ -12,7 +12,7 @@ from .._base import (
     check_transformation,
     with_extra_args_support,
 )
-from .._fused_step import FusedGradientTransformation, flat_step_of
+from .._fused_step import FlatStep, FusedGradientTransformation, Step, flat_step_of
 from .._update import reference_step
 
 
@@ -76,10 +76,19 @@ def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
     if flat_step is None:
         return GradientTransformationExtraArgs(init, update)
 
-    def flat_reference(tx: GradientTransformation):
+    return FusedGradientTransformation(init, update, _flat_fused_step(flat_step))
+
+
+def _flat_fused_step(flat_step: FlatStep) -> Step:
+    """``flatten(inner)``'s step from ``inner.flat_step``: the fallback is flatten's update + apply_updates."""
+
+    def flat_reference(tx: GradientTransformation) -> Step:
         return reference_step(_flat_update(tx))
 
-    return FusedGradientTransformation(init, update, lambda p, s, g: flat_step(p, s, g, flat_reference))
+    def step(params, state, grads):
+        return flat_step(params, state, grads, flat_reference)
+
+    return step
 
 
 def _flat_update(inner: GradientTransformation):

@@ -132,3 +132,19 @@ def test_errors():
         opt.update(jnp.ones(1), opt.init(jnp.ones(1)))
     with pytest.raises(ValueError, match=r"schedule_free_eval_params\(state=\.\.\.\) must be a ScheduleFreeState"):
         contrib.schedule_free_eval_params(gradax.EmptyState(), jnp.ones(1))
+
+
+@pytest.mark.parametrize("name", ["schedule_free_sgd", "schedule_free_adamw"])
+def test_warmup_of_a_schedule_learning_rate(name):
+    # Optax's suite (test_optimizers_accept_learning_rate_schedule_if_type_annotated_as_such) passes a schedule with
+    # warmup_steps: the warmup ramps the schedule, and a constant schedule gives the constant learning rate's numbers
+    factory = getattr(contrib, name)
+    scheduled = factory(learning_rate=gradax.constant_schedule(1e-2), warmup_steps=3)
+    constant = factory(learning_rate=1e-2, warmup_steps=3)
+    params = jnp.array([1.0, -0.5])
+    s_state, c_state = scheduled.init(params), constant.init(params)
+    for i in range(5):
+        g = jnp.array([1.0, -2.0]) * (i + 1)
+        s_updates, s_state = scheduled.update(g, s_state, params)
+        c_updates, c_state = constant.update(g, c_state, params)
+        np.testing.assert_allclose(s_updates, c_updates, rtol=1e-6)

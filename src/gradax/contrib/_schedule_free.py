@@ -11,11 +11,12 @@ from .._base import (
     GradientTransformationExtraArgs,
     Params,
     ScalarOrSchedule,
+    Schedule,
     check_transformation,
     with_extra_args_support,
 )
 from .._checks import check_int, check_interval, check_needs, check_non_negative
-from .._hyperparams import as_value, hyperparam_dtype, value_at
+from .._hyperparams import as_value, hyperparam_dtype, is_schedule, value_at
 from .._numerics import compute_dtype, safe_int32_increment
 from ..optimizers._rms import scale_by_rms
 from ..optimizers._sgd import sgd
@@ -195,13 +196,22 @@ def schedule_free_eval_params(state: Any, params: Params) -> Params:
     return jax.tree.map(leaf, params, z)
 
 
+def _with_warmup(learning_rate: ScalarOrSchedule, warmup_steps: int) -> Schedule:
+    """A linear warmup from 0 to ``learning_rate`` over ``warmup_steps`` steps; for a schedule, the schedule times a
+    ramp from 0 to 1."""
+    if not is_schedule(learning_rate):
+        return warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
+    ramp = warmup_constant_schedule(init_value=0.0, peak_value=1.0, warmup_steps=warmup_steps)
+    return lambda count: ramp(count) * learning_rate(count)
+
+
 def _recipe(api, build, learning_rate, warmup_steps, b1, weight_decay, weight_lr_power, state_dtype):
     """The part both recipes share: checks, the optional linear warmup of the learning rate, then
     ``schedule_free(build(lr), lr, ...)``."""
     _check_common(api, learning_rate, b1, weight_lr_power)
     if warmup_steps is not None:
         check_int(api, "warmup_steps", warmup_steps, low=0)
-        learning_rate = warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
+        learning_rate = _with_warmup(learning_rate, warmup_steps)
     if weight_decay is not None:
         check_non_negative(api, "weight_decay", weight_decay)
     return schedule_free(

@@ -1,6 +1,6 @@
 """Schedule-Free learning (Defazio et al., 2024): interpolation and averaging instead of momentum and schedules."""
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -200,7 +200,8 @@ def _with_warmup(learning_rate: ScalarOrSchedule, warmup_steps: int) -> Schedule
     """A linear warmup from 0 to ``learning_rate`` over ``warmup_steps`` steps; for a schedule, the schedule times a
     ramp from 0 to 1."""
     if not is_schedule(learning_rate):
-        return warmup_constant_schedule(init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps)
+        peak = cast(ArrayLike, learning_rate)  # not a schedule: a number or an array
+        return warmup_constant_schedule(init_value=0.0, peak_value=peak, warmup_steps=warmup_steps)
     ramp = warmup_constant_schedule(init_value=0.0, peak_value=1.0, warmup_steps=warmup_steps)
     return lambda count: ramp(count) * learning_rate(count)
 

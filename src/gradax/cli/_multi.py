@@ -123,6 +123,47 @@ class MultiResult:
         return out
 
 
+def _state_with_learning_rate(opt: Any, task: Task, expr: str) -> Any:
+    """``opt``'s state for ``task`` (abstract), which must hold a ``learning_rate`` (else an ExpressionError)."""
+    try:
+        probe = jax.eval_shape(opt.init, jax.eval_shape(task.init, jax.random.PRNGKey(0)))
+        gradax.tree.get(probe, "learning_rate")
+    except Exception:  # the learning rate cannot be held in the state
+        raise ExpressionError(
+            "--sweep and --seeds need an optimizer whose learning_rate inject_hyperparams can hold as data; this one "
+            "cannot. Run it without --sweep/--seeds",
+            expr,
+        ) from None
+    return probe
+
+
+def _initial_runs(task: Task, opt: Any, seeds: list[int], n_f: int) -> tuple[Any, Any]:
+    """Params and state of every run stacked on a leading axis: seed-major, ``n_f`` factors per seed."""
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+    params = jax.vmap(task.init)(keys)
+    params = _strong(jax.tree.map(lambda x: jnp.repeat(x, n_f, axis=0), params))
+    return params, _strong(jax.vmap(opt.init)(params))
+
+
+def _sweep_step(task: Task, opt: Any, schedule: Any, lr_dtype: Any, traces: list[int]) -> Any:
+    """The jitted step of all runs at once: each writes ``factor * schedule(count)`` into its state's learning rate,
+    then takes an ordinary step. ``traces[0]`` counts the traces (one per compilation)."""
+
+    def one(params, opt_state, xb, yb, factor, count):
+        traces[0] += 1
+        lr = (factor * _lr_at(schedule, count)).astype(lr_dtype)
+        opt_state = gradax.tree.set(opt_state, learning_rate=lr)
+        (loss, _), grads = jax.value_and_grad(task.loss_and_acc, has_aux=True)(params, xb, yb)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return gradax.apply_updates(params, updates), opt_state, loss
+
+    return jax.jit(
+        jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None)),
+        donate_argnums=(0, 1),
+        compiler_options=step_compiler_options(),
+    )
+
+
 def run_batched(
     task: Task,
     expr: str,
@@ -140,41 +181,14 @@ def run_batched(
     opt = parse_optimizer(rewritten).value
     n_f = len(factors)
     runs = len(seeds) * n_f
-    try:
-        probe = jax.eval_shape(opt.init, jax.eval_shape(task.init, jax.random.PRNGKey(0)))
-        gradax.tree.get(probe, "learning_rate")
-    except Exception:  # the learning rate cannot be held in the state
-        raise ExpressionError(
-            "--sweep and --seeds need an optimizer whose learning_rate inject_hyperparams can hold as data; this one "
-            "cannot. Run it without --sweep/--seeds",
-            expr,
-        ) from None
-    lr_dtype = gradax.tree.get(probe, "learning_rate").dtype
+    probe = _state_with_learning_rate(opt, task, expr)
     state_bytes = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(probe))
     grid = np.arange(steps, dtype=np.int32)
     base_lr = float(np.max(np.asarray(jax.vmap(lambda c: _lr_at(schedule, c))(grid)))) if steps else None
-
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
-    params = jax.vmap(task.init)(keys)
-    params = jax.tree.map(lambda x: jnp.repeat(x, n_f, axis=0), params)
-    params = _strong(params)
-    opt_state = _strong(jax.vmap(opt.init)(params))
+    params, opt_state = _initial_runs(task, opt, seeds, n_f)
     factor_arr = jnp.asarray(np.tile(np.asarray(factors, np.float32), len(seeds)))
     traces = [0]
-
-    def one(params, opt_state, xb, yb, factor, count):
-        traces[0] += 1
-        lr = (factor * _lr_at(schedule, count)).astype(lr_dtype)
-        opt_state = gradax.tree.set(opt_state, learning_rate=lr)
-        (loss, _), grads = jax.value_and_grad(task.loss_and_acc, has_aux=True)(params, xb, yb)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return gradax.apply_updates(params, updates), opt_state, loss
-
-    step_fn = jax.jit(
-        jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None)),
-        donate_argnums=(0, 1),
-        compiler_options=step_compiler_options(),
-    )
+    step_fn = _sweep_step(task, opt, schedule, gradax.tree.get(probe, "learning_rate").dtype, traces)
     eval_fn = jax.jit(jax.vmap(task.loss_and_acc, in_axes=(0, None, None)))
     x_test, y_test = (jnp.asarray(a) for a in task.test_data)
     samplers = [task.sampler(s, batch_size) for s in seeds]

@@ -230,7 +230,7 @@ def _noise_factory(noise_key: jax.Array, scale: float) -> gradax.GradientTransfo
 
 
 def _raw_noise_factory(noise_key: PRNGKey, scale: float) -> gradax.GradientTransformation:  # noqa: F821
-    """A raw uint32 key is recognised by the parameter's annotation (Optax's ``PRNGKey``)."""
+    """A raw uint32 key is recognised by the parameter's name (``*_key``; Optax's ``PRNGKey`` is ``jax.Array``)."""
     return _keyed_noise(noise_key, scale)
 
 

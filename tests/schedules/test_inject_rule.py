@@ -39,7 +39,11 @@ HYPERPARAMETER_ANNOTATIONS = [
     float | None,
     ArrayLike | collections.abc.Mapping[str, ArrayLike],  # a scale per group; a mapping value stays static
 ]
-KEY_NAMES = ("key", "seed", "rng", "rng_key", "prng_key", "random_seed")
+KEY_WORDS = ("key", "seed", "rng")
+
+
+def is_key_name(name):
+    return any(name == w or name.endswith("_" + w) for w in KEY_WORDS)
 
 
 def _members(annotation):
@@ -57,7 +61,7 @@ def _type_hints(factory):
 
 def expected_kind(name, annotation):
     """What the annotation (None: no annotation) says this parameter is."""
-    if name in KEY_NAMES:
+    if is_key_name(name):
         return STATIC
     if annotation is None or all(m in (typing.Any, type(None)) for m in _members(annotation)):
         return UNTYPED
@@ -143,7 +147,7 @@ def test_every_scalar_or_schedule_annotation_is_the_evaluated_object():
 
 def test_every_mask_and_every_key_is_static():
     masks = [(f, n, p) for f, n, p, _ in PARAMETERS if "mask" in n]
-    keys = [(f, n, p) for f, n, p, _ in PARAMETERS if n in KEY_NAMES]
+    keys = [(f, n, p) for f, n, p, _ in PARAMETERS if is_key_name(n)]
     assert len(masks) > 20 and len(keys) >= 4
     for factory, name, param in masks:
         for value in (lambda params: params, MaskModule(jnp.ones(1)), {"w": True}):

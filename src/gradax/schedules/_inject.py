@@ -19,8 +19,8 @@ one rule:
   ways that keep working code working: the parameter takes numbers only if it has no default or a float default
   (an int default is a size), and never if its name marks a mask or a function (it contains ``mask`` or
   ``labels``, or ends with ``fn``).
-* A PRNG key is a value of a key dtype, or the argument of a parameter named ``key``, ``seed``, ``rng``,
-  ``rng_key``, ``prng_key`` or ``random_seed`` (a seed, a raw ``uint32`` key).
+* A PRNG key is a value of a key dtype, or the argument of a parameter named ``key``, ``seed`` or ``rng``, or
+  ending with ``_key``, ``_seed`` or ``_rng`` (``rng_key``, ``random_seed``...: a seed, a raw ``uint32`` key).
 * Values that are not numbers or callables (bools, None, strings, dtypes, tuples, pytrees) are passed to the
   factory unchanged, whatever the parameter. A callable with ``init``/``update`` is a stateful schedule, whose state
   is kept in ``hyperparams_states``.
@@ -119,7 +119,7 @@ class WrappedSchedule:
 
 _STATIC, _NUMERIC, _SCHEDULE, _STATEFUL = "static", "numeric", "schedule", "stateful"
 _NUMBER_TYPES = (float, complex, np.inexact, jax.Array, np.ndarray)
-_KEY_NAMES = frozenset({"key", "seed", "rng", "rng_key", "prng_key", "random_seed"})
+_KEY_WORDS = ("key", "seed", "rng")
 _EMPTY = inspect.Parameter.empty
 
 
@@ -144,7 +144,7 @@ def takes_numbers(name: str, param: inspect.Parameter | None) -> bool:
     for an annotation that says nothing, when it has no default or a float default and its name marks neither a mask
     nor a function. Parameters of PRNG keys and seeds never take numbers.
     """
-    if name in _KEY_NAMES:
+    if any(name == word or name.endswith("_" + word) for word in _KEY_WORDS):
         return False
     annotation = _EMPTY if param is None else param.annotation
     if not _says_nothing(annotation):

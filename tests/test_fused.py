@@ -4,6 +4,7 @@ shapes, sharding)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -105,7 +106,7 @@ def test_kernel_matches_its_jnp_math(nesterov):
     leaves = [[jnp.asarray(rng.normal(size=n), jnp.float32) for n in sizes] for _ in range(4)]
     leaves[3] = [jnp.abs(x) for x in leaves[3]]  # nu >= 0
     s = dict(b1=0.9, one_minus_b1=0.1, b2=0.99, one_minus_b2=0.01, c1=0.19, c1_next=0.271, c2=0.0199, eps=1e-8)
-    s.update(eps_root=1e-9, neg_lr=-1e-2, grad_scale=0.7, nesterov=float(nesterov), merged_division=0.0)
+    s.update(eps_root=1e-9, neg_lr=-1e-2, grad_scale=0.7, nesterov=float(nesterov), divides=0.0, second_products=0.0)
     scalars = jnp.asarray([s[k] for k in _kernels.ADAMW_SCALARS], jnp.float32)
     wd = jnp.asarray([0.1 if i % 2 else 0.0 for i in range(len(sizes))], jnp.float32)
     got = jax.jit(_kernels.adamw_step)(scalars, wd, *leaves)
@@ -414,3 +415,32 @@ def test_flatten_of_injected_fused_adamw_keeps_the_flat_step():
     other = gradax.flatten(gradax.inject_hyperparams(gradax.fused.adafactor)(learning_rate=1e-3))
     assert "gradax_" not in jax.jit(other.step).lower(params, other.init(params), grads).as_text()
     _assert_close(_run(other, params, grads, 1, fused=True), _run(other, params, grads, 1, fused=False), 0, 0)
+
+
+_BITWISE = {
+    "plain": dict(learning_rate=1e-2, weight_decay=0.1),
+    "nesterov_schedule": dict(learning_rate=lambda c: 1e-2 / (1.0 + c), weight_decay=0.1, nesterov=True),
+    "clip": dict(learning_rate=1e-2, weight_decay=0.1, max_grad_norm=1.0),
+    "clip_nesterov": dict(learning_rate=1e-2, weight_decay=0.1, max_grad_norm=1.0, nesterov=True),
+}
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler: the fused kernel is not built here")
+@pytest.mark.parametrize("leaves", ["one", "several"])
+@pytest.mark.parametrize("name", sorted(_BITWISE))
+def test_float32_step_is_xla_bit_for_bit(name, leaves):
+    """On float32 leaves the kernel makes XLA:CPU's roundings (docs/differences.md): the same params and state as
+    update + apply_updates compiled by XLA, step after step, in a program of one leaf (reciprocals of the bias
+    corrections) and of several (divisions), with and without clipping (which products XLA contracts)."""
+    rng = np.random.default_rng(5)
+    shapes = {"a": (40, 33)} if leaves == "one" else {"a": (40, 33), "b": (17,), "c": (3, 5)}
+    params = {k: jnp.asarray(rng.normal(size=s), jnp.float32) for k, s in shapes.items()}
+    opt = gradax.fused.adamw(**_BITWISE[name])
+    fused = jax.jit(opt.step)
+    xla = jax.jit(functools.partial(update_apply, opt))
+    state = opt.init(params)
+    for _ in range(3):
+        grads = {k: jnp.asarray(rng.normal(size=s) + 0.3, jnp.float32) for k, s in shapes.items()}
+        got, (params, state) = fused(params, state, grads), xla(params, state, grads)
+        for x, y in zip(jax.tree.leaves(got), jax.tree.leaves((params, state)), strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

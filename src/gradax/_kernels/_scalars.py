@@ -43,7 +43,8 @@ ADAMW = ScalarTable(
         ("neg_lr", "-learning_rate"),
         ("grad_scale", "the clipping factor (1 without clipping)"),
         ("nesterov", "1 for NAdamW"),
-        ("merged_division", "1: m / (c1 (sqrt(v / c2) + eps)), as XLA:CPU rewrites a tree of several leaves"),
+        ("divides", "1: divide by c1, c2 (a tree of several leaves), 0: multiply by 1/c1, 1/c2 (one leaf)"),
+        ("second_products", "1: contract the second product of v' and of Nesterov's sum (after clipping)"),
     ),
 )
 

@@ -24,42 +24,63 @@
 /* AdamW */
 
 /* In place, with restrict pointers: the compiler vectorizes without runtime overlap checks (an exact alias of
- * input and output would fail those checks and fall back to the scalar loop). Loop-invariant branches (Nesterov,
- * decay) are unswitched: each variant is one vector loop.
+ * input and output would fail those checks and fall back to the scalar loop).
  *
  * Rounding for rounding what XLA:CPU compiles for scale_by_adam, add_decayed_weights, the learning rate and
- * apply_updates: XLA rewrites the division by each bias correction (a scalar) as a multiplication by its
- * reciprocal, except in a tree of several leaves without Nesterov, where it merges the two divisions of
- * (m / c1) / (sqrt(v / c2) + eps) into m / (c1 (sqrt(v / c2) + eps)) (S_MERGED_DIVISION: Python knows the tree);
- * on a CPU with FMA it contracts m' = (1-b1) g + b1 m into fma(1-b1, g, b1 m) (v' likewise, the
- * product of the squared gradient), Nesterov's b1 (m'/c1') + (1-b1) (g/c1) into fma(b1, m'/c1', ...), the decay
- * u + wd p into fma(p, wd, u) and the step p + (-lr) u into fma(u, -lr, p) (measured against XLA:CPU's code; see
- * tests/contract/test_extreme_gradients.py). The kernel makes the same fmaf calls, and none without FMA. */
-static inline __attribute__((always_inline)) void adamw_body(const float* s, float wd, float* restrict p,
+ * apply_updates (measured with jaxlib 0.10.2; see docs/differences.md). On a CPU with FMA, XLA contracts each
+ * multiply feeding an add into one fused multiply-add: m' = fma(1-b1, g, b1 m), v' = fma(1-b2, g^2, b2 v), the
+ * decay fma(p, wd, u), the step fma(u, -lr, p), and Nesterov's b1 (m'/c1') + (1-b1) (g/c1) with its first product;
+ * after clip_by_global_norm, the second product of v' and of Nesterov's sum instead (S_SECOND_PRODUCTS). XLA
+ * multiplies by the reciprocals of the bias corrections c1, c2 in a program of one leaf, and divides by them in a
+ * program of several (S_DIVIDES), where without Nesterov it merges (m'/c1) / (sqrt(v'/c2) + eps) into
+ * m' / (c1 (sqrt(v'/c2) + eps)). The flags are constants of each loop below (explicit unswitching). */
+static inline __attribute__((always_inline)) void adamw_loop(const float* s, float wd, float* restrict p,
                                                              const float* restrict g, float* restrict m,
                                                              float* restrict v, int64_t lo, int64_t hi,
-                                                             const int fused) {
+                                                             const int fused, const int nesterov, const int divides,
+                                                             const int second) {
     const float b1 = s[S_B1], omb1 = s[S_ONE_MINUS_B1], b2 = s[S_B2], omb2 = s[S_ONE_MINUS_B2];
-    const float c1 = s[S_C1], c2 = s[S_C2], ic1 = 1.0f / c1, ic1n = 1.0f / s[S_C1_NEXT], ic2 = 1.0f / c2;
+    const float c1 = s[S_C1], c1n = s[S_C1_NEXT], c2 = s[S_C2], ic1 = 1.0f / c1, ic1n = 1.0f / c1n, ic2 = 1.0f / c2;
     const float eps = s[S_EPS], eps_root = s[S_EPS_ROOT], neg_lr = s[S_NEG_LR], scale = s[S_GRAD_SCALE];
-    const int nesterov = s[S_NESTEROV] != 0.0f, decay = wd != 0.0f;
-    const int merged = !nesterov && s[S_MERGED_DIVISION] != 0.0f;
+    const int decay = wd != 0.0f;
     for (int64_t i = lo; i < hi; ++i) {
         float gi = g[i] * scale;
         float mi = muladd(omb1, gi, b1 * m[i], fused);
-        float vi = muladd(omb2, gi * gi, b2 * v[i], fused);
+        float vi = second ? muladd(b2, v[i], omb2 * (gi * gi), fused) : muladd(omb2, gi * gi, b2 * v[i], fused);
         float u;
-        if (merged) /* loop-invariant: unswitched */
+        if (nesterov) {
+            float mc = divides ? mi / c1n : mi * ic1n, gc = divides ? gi / c1 : gi * ic1;
+            float mhat = second ? muladd(omb1, gc, b1 * mc, fused) : muladd(b1, mc, omb1 * gc, fused);
+            float root = divides ? sqrtf(vi / c2 + eps_root) : sqrtf(muladd(vi, ic2, eps_root, fused));
+            u = mhat / (root + eps);
+        } else if (divides) {
             u = mi / (c1 * (sqrtf(vi / c2 + eps_root) + eps));
-        else
-            u = (nesterov ? muladd(b1, mi * ic1n, omb1 * (gi * ic1), fused) : mi * ic1) /
-                (sqrtf(muladd(vi, ic2, eps_root, fused)) + eps);
+        } else {
+            u = (mi * ic1) / (sqrtf(muladd(vi, ic2, eps_root, fused)) + eps);
+        }
         float pi = p[i];
         if (decay) u = muladd(pi, wd, u, fused);
         m[i] = mi;
         v[i] = vi;
         p[i] = muladd(u, neg_lr, pi, fused);
     }
+}
+
+static inline __attribute__((always_inline)) void adamw_body(const float* s, float wd, float* restrict p,
+                                                             const float* restrict g, float* restrict m,
+                                                             float* restrict v, int64_t lo, int64_t hi,
+                                                             const int fused) {
+    const int nesterov = s[S_NESTEROV] != 0.0f, divides = s[S_DIVIDES] != 0.0f;
+    const int second = s[S_SECOND_PRODUCTS] != 0.0f;
+#define ADAMW_LOOP(N, D, S) adamw_loop(s, wd, p, g, m, v, lo, hi, fused, N, D, S)
+    if (nesterov) {
+        if (divides) { if (second) ADAMW_LOOP(1, 1, 1); else ADAMW_LOOP(1, 1, 0); }
+        else { if (second) ADAMW_LOOP(1, 0, 1); else ADAMW_LOOP(1, 0, 0); }
+    } else {
+        if (divides) { if (second) ADAMW_LOOP(0, 1, 1); else ADAMW_LOOP(0, 1, 0); }
+        else { if (second) ADAMW_LOOP(0, 0, 1); else ADAMW_LOOP(0, 0, 0); }
+    }
+#undef ADAMW_LOOP
 }
 
 GRADAX_FMA_VARIANTS(adamw_span, adamw_body,

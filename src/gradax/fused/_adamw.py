@@ -176,10 +176,10 @@ class _AdamWKernels(NamedTuple):
             return jnp.ones([], jnp.float32)
         return global_norm_scale(global_norm_f32(g_leaves), as_value(self.max_grad_norm))
 
-    def scalars_at(self, state: Any, g_leaves: list, mask_params: Any, mask_treedef: Any, merged: bool) -> tuple:
+    def scalars_at(self, state: Any, g_leaves: list, mask_params: Any, mask_treedef: Any, divides: bool) -> tuple:
         """The kernels' step scalars, the decay rates (per leaf of ``mask_treedef``), the new step count and the
-        new decay and learning-rate states. ``merged``: whether XLA merges the update's two divisions (see
-        ``fused_adamw.c``; it does in a tree of several leaves)."""
+        new decay and learning-rate states. ``divides``: whether XLA divides by the bias corrections rather than
+        multiplying by their reciprocals (it does in a tree of several leaves; see ``fused_adamw.c``)."""
         adam_state, decay_state, lr_state = self.parts(state)
         neg_lr, rate, decayed, new_decay, new_lr = self.tail.at(decay_state, lr_state, mask_params, mask_treedef)
         count_inc = safe_int32_increment(adam_state.count)
@@ -189,15 +189,15 @@ class _AdamWKernels(NamedTuple):
         named.update(c1=hat.correction, c1_next=hat.next_correction if self.nesterov else hat.correction)
         named.update(c2=a.correction2, eps=a.eps, eps_root=a.eps_root, neg_lr=neg_lr)
         named.update(grad_scale=self.grad_scale(g_leaves), nesterov=float(self.nesterov))
-        named.update(merged_division=float(merged))
+        named.update(divides=float(divides), second_products=float(self.max_grad_norm is not None))
         scalars = jnp.stack([jnp.asarray(named[k], jnp.float32) for k in _kernels.ADAMW_SCALARS])
         return scalars, rate * decayed, count_inc, new_decay, new_lr  # the kernel decays where the rate is not 0
 
     def kernel_step(self, plan: _Plan, params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         adam_state = self.parts(state)[0]
         p_leaves, treedef, (g_leaves, m_leaves, v_leaves) = leaves_like(params, grads, adam_state.mu, adam_state.nu)
-        merged = len(p_leaves) > 1
-        scalars, rates, count_inc, new_decay, new_lr = self.scalars_at(state, g_leaves, params, treedef, merged)
+        divides = len(p_leaves) > 1
+        scalars, rates, count_inc, new_decay, new_lr = self.scalars_at(state, g_leaves, params, treedef, divides)
         new_p, new_m, new_v = list(p_leaves), list(m_leaves), list(v_leaves)
         # scale_by_adam's dither seed (dither_pair: one hash for both moments)
         seed = jnp.reshape(2 * count_inc, (1,))
@@ -221,7 +221,7 @@ class _AdamWKernels(NamedTuple):
         # gradax.flatten's inner transformation sees (and masks) one vector: XLA's program has one leaf
         vector = jax.ShapeDtypeStruct(adam_state.mu.shape, p_leaves[0].dtype)
         scalars, rates, count_inc, new_decay, new_lr = self.scalars_at(
-            state, g_leaves, vector, jax.tree.structure(0), merged=False
+            state, g_leaves, vector, jax.tree.structure(0), divides=False
         )
         rates = jnp.broadcast_to(rates, (len(p_leaves),))
         new_p, mu, nu = _kernels.adamw_flat_step(scalars, rates, adam_state.mu, adam_state.nu, p_leaves, g_leaves)

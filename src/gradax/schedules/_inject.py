@@ -5,14 +5,13 @@ read from the state, so they can be scheduled, inspected (``state.hyperparams["l
 between steps. Which arguments become hyperparameters is decided per argument, without the user listing them, by
 one rule:
 
-    **An argument is a hyperparameter when its parameter takes numbers and the value is a number, a numeric array
-    or a callable (then evaluated as a schedule at every step); names in** ``static_args`` **and PRNG keys never
-    are.**
+    An argument is a hyperparameter when its parameter takes numbers and the value is a number, a numeric array
+    or a callable (then evaluated as a schedule at every step); names in ``static_args`` and PRNG keys never are.
 
 * *Takes numbers* is read from the factory's evaluated annotation (``inspect.signature(..., eval_str=True)``): it
   holds when ``float``, ``complex`` or an array type (``jax.Array``, ``numpy.ndarray``, a NumPy float type) is among
   the members of the annotation's union, as in ``ScalarOrSchedule``, ``ArrayLike`` and ``float``. So ``int``
-  (sizes, step counts), ``bool``, ``str``, masks (``MaskOrFn``), ``Callable``\\ s and a bare ``Schedule`` (a
+  (sizes, step counts), ``bool``, ``str``, masks (``MaskOrFn``), other ``Callable`` types and a bare ``Schedule`` (a
   function that the factory calls itself, such as ``scale_by_schedule``'s ``step_size_fn``) do not take numbers.
 * Fallback, for a parameter whose annotation says nothing (none, ``Any``, ``Any | None``, a string that does not
   evaluate, or an entry of ``**kwargs``): Optax's rule, numbers and callables are hyperparameters, narrowed in two
@@ -364,10 +363,10 @@ def inject_hyperparams(
     first update uses ``schedule(0)``), ``inner_factory`` is called with the current values, and its update applied.
     With constant hyperparameters the updates and inner state are identical to those of ``inner_factory(**kwargs)``.
 
-    Which arguments are hyperparameters: **an argument is a hyperparameter when its parameter takes numbers (its
-    annotation has** ``float``, ``complex`` **or an array type among its members, as** ``ScalarOrSchedule`` **and**
-    ``ArrayLike`` **do) and the value is a number, a numeric array or a callable (a schedule); names in**
-    ``static_args`` **and PRNG keys never are.** A parameter without a telling annotation follows Optax's rule
+    Which arguments are hyperparameters: an argument is a hyperparameter when its parameter takes numbers (its
+    annotation has ``float``, ``complex`` or an array type among its members, as ``ScalarOrSchedule`` and
+    ``ArrayLike`` do) and the value is a number, a numeric array or a callable (a schedule); names in
+    ``static_args`` and PRNG keys never are. A parameter without a telling annotation follows Optax's rule
     (numbers and callables are hyperparameters) if it has no default or a float default and its name marks neither
     a mask nor a function; the module docs give the details.
 

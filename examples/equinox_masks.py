@@ -19,7 +19,7 @@ def weight_decay_mask(model):
     """True for the weight matrices of the linear layers, False for every other leaf."""
     params = eqx.filter(model, eqx.is_array)
     mask = jax.tree.map(lambda _: False, params)
-    weights = lambda m: [layer.weight for layer in m.layers]  # noqa: E731
+    weights = lambda m: [layer.weight for layer in m.layers]
     return eqx.tree_at(weights, mask, replace=[True] * len(model.layers))
 
 

@@ -19,7 +19,7 @@ def test_power_iteration():
     np.testing.assert_allclose(ev, oev, rtol=1e-6)
     np.testing.assert_allclose(vec, ovec, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ev, np.linalg.eigvalsh(np.asarray(M, np.float64)).max(), rtol=1e-4)
-    f = lambda v: {"a": 2 * v["a"], "b": 5 * v["b"]}  # noqa: E731
+    f = lambda v: {"a": 2 * v["a"], "b": 5 * v["b"]}
     v0 = {"a": jnp.ones(2), "b": jnp.ones(3)}
     ev, vec = gradax.power_iteration(f, v0=v0)
     np.testing.assert_allclose(ev, optax.power_iteration(f, v0=v0)[0], rtol=1e-6)

@@ -192,7 +192,7 @@ def matrix_inverse_pth_root(
     return root, error
 
 
-def nnls(A: jax.Array, b: jax.Array, iters: int, unroll: int | bool = 1, L: ArrayLike | None = None) -> jax.Array:  # noqa: N803 - Optax's argument names
+def nnls(A: jax.Array, b: jax.Array, iters: int, unroll: int | bool = 1, L: ArrayLike | None = None) -> jax.Array:
     r"""Non-negative least squares, :math:`\min_{x \ge 0} \|A x - b\|_2`, by accelerated projected gradient.
 
     With :math:`Q = A^\top A`, :math:`q = A^\top b` and :math:`L \ge \lambda_{\max}(Q)`:
@@ -222,18 +222,18 @@ def nnls(A: jax.Array, b: jax.Array, iters: int, unroll: int | bool = 1, L: Arra
       Polyak, 2015, "Projected gradient method for non-negative least square";
       Beck and Teboulle, 2009, "A Fast Iterative Shrinkage-Thresholding Algorithm for Linear Inverse Problems".
     """
-    A, b = jnp.asarray(A), jnp.asarray(b)  # noqa: N806
+    A, b = jnp.asarray(A), jnp.asarray(b)
     if A.ndim != 2:
         raise argument_error("nnls", "A", "a 2-D array", A.shape)
     if b.ndim not in (1, 2) or b.shape[0] != A.shape[0]:
         raise argument_error("nnls", "b", f"an array of shape ({A.shape[0]},) or ({A.shape[0]}, K)", b.shape)
     check_int("nnls", "iters", iters, low=0)
-    Q = A.mT @ A  # noqa: N806
+    Q = A.mT @ A
     q = A.mT @ b
     if L is None:
         frobenius = jnp.linalg.matrix_norm(Q, ord="fro")
-        L = jnp.minimum(frobenius, jnp.linalg.matrix_norm(Q, ord=1)) if Q.size else frobenius  # noqa: N806
-    L = jnp.where(L == 0, 1, L)  # noqa: N806
+        L = jnp.minimum(frobenius, jnp.linalg.matrix_norm(Q, ord=1)) if Q.size else frobenius
+    L = jnp.where(L == 0, 1, L)
 
     def step(carry, _):
         x, y, c = carry

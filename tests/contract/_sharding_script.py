@@ -62,7 +62,7 @@ def main():
             if bad:
                 failures[eid] = "state leaves not sharded like params: " + ", ".join(bad)
             checked += 1
-        except Exception as err:  # noqa: BLE001 - reported collectively
+        except Exception as err:
             failures[eid] = f"{type(err).__name__}: {str(err)[:300]}"
     print(json.dumps({"checked": checked, "failures": failures}))
 

@@ -228,7 +228,7 @@ def test_transforms(entry, check):
         out = _trace_and_lower(f, g, state, params)
         assert_same_signature(out[1], state, "state through lax.cond")
     elif check == "vmap":
-        stack = lambda t: jax.tree.map(lambda x: jnp.stack([x, x + 1]), t)  # noqa: E731
+        stack = lambda t: jax.tree.map(lambda x: jnp.stack([x, x + 1]), t)
         pb, gb = stack(params), stack(g)
 
         def f(gb, pb):

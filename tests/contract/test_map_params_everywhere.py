@@ -68,7 +68,7 @@ def test_map_params_through_every_wrapper(entry):
         try:
             same = gradax.tree.map_params(wrapped, lambda v: v, state)
             tagged = gradax.tree.map_params(wrapped.init, lambda v: ("params", jnp.shape(v)), state)
-        except Exception as err:  # noqa: BLE001 - name the wrapper in the failure
+        except Exception as err:
             raise AssertionError(f"tree.map_params over {name}({entry.id}) failed: {err}") from err
         assert jax.tree.structure(same) == jax.tree.structure(state), name
         _leaves_equal(same, state)

@@ -64,7 +64,7 @@ def test_abstract_init_and_bf16():
 def test_converges_on_quadratic():
     # f(x) = 1/2 sum a_i x_i^2, the convex quadratic of the paper's toy experiments
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * x**2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * x**2)
     final = converges(gradax.contrib.acprop(0.05), loss, jnp.array([1.0, -1.0, 2.0]), 400)
     assert final < 1e-2
 

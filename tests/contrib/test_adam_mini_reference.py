@@ -60,7 +60,7 @@ def test_adam_mini_matches_the_authors_package():
 
 def _gpt2_like(d=64, layers=2, vocab=256, ctx=32):
     """A GPT-2-shaped tree (flax-like names) with ShapeDtypeStruct leaves."""
-    s = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
+    s = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     tree = {"wte": {"embedding": s(vocab, d)}, "wpe": {"embedding": s(ctx, d)}, "ln_f": {"scale": s(d), "bias": s(d)}}
     for i in range(layers):
         tree[f"h_{i}"] = {

@@ -9,7 +9,7 @@ import gradax
 from tests._stepping import run
 from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
 
 
 @pytest.mark.parametrize("kw", [{}, {"b3": 0.99, "alpha": 2.0, "eps_root": 1e-8}, {"b3": lambda c: 0.9 + 0 * c}])
@@ -45,7 +45,7 @@ def test_mu_dtype_and_abstract_bf16():
 
 def test_converges_on_quadratic():
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * x**2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * x**2)
     x0 = jnp.array([1.0, -1.0, 2.0])
     assert converges(gradax.contrib.ademamix(0.02, b3=0.99, alpha=1.0), loss, x0, 500) < 1e-2
     assert converges(gradax.contrib.simplified_ademamix(0.002, b1=0.9, alpha=1.0), loss, x0, 500) < 1e-2

@@ -20,7 +20,7 @@ def test_matches_optax(kw):
 
 
 def test_schedule_and_mu_dtype():
-    sched = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+    sched = lambda c: 1e-2 / (1.0 + c)
     check_oracle(gradax.contrib.adopt(sched), optax.contrib.adopt(sched))
     state = gradax.contrib.adopt(0.1, mu_dtype=jnp.bfloat16).init(jnp.zeros(3))
     assert state[0].mu.dtype == jnp.bfloat16 and state[0].nu.dtype == jnp.float32
@@ -45,7 +45,7 @@ def test_abstract_init_and_bf16():
 def test_converges_on_quadratic():
     # the paper's convergence analysis is for smooth nonconvex problems; a convex quadratic is the simplest case
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * x**2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * x**2)
     assert converges(gradax.contrib.adopt(0.05), loss, jnp.array([1.0, -1.0, 2.0]), 500) < 1e-2
 
 

@@ -17,7 +17,7 @@ def test_matches_optax(kw):
 
 
 def test_schedule():
-    sched = lambda c: 1.0 / (1.0 + c)  # noqa: E731
+    sched = lambda c: 1.0 / (1.0 + c)
     check_oracle(gradax.contrib.cocob(sched), optax.contrib.cocob(sched))
 
 
@@ -62,7 +62,7 @@ def run_from(tx, state, params, grads):
 
 def test_converges_on_quadratic():
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)
     assert converges(gradax.contrib.cocob(), loss, jnp.zeros(3), 500) < 1e-2
 
 

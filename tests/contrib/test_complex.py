@@ -12,7 +12,7 @@ from tests.contrib._common import assert_trees_close, check_oracle
 
 def _complex_problem(steps=6):
     rng = np.random.default_rng(0)
-    c = lambda *s: jnp.asarray(rng.normal(size=s) + 1j * rng.normal(size=s), jnp.complex64)  # noqa: E731
+    c = lambda *s: jnp.asarray(rng.normal(size=s) + 1j * rng.normal(size=s), jnp.complex64)
     params = {"z": c(3), "r": jnp.asarray(rng.normal(size=2), jnp.float32)}
     grads = [{"z": c(3), "r": jnp.asarray(rng.normal(size=2), jnp.float32)} for _ in range(steps)]
     return params, grads
@@ -46,7 +46,7 @@ def test_same_as_inner_on_real_pairs():
     tx = gradax.contrib.split_real_and_imaginary(gradax.adam(0.1))
     ups, state, _ = run(tx, params, grads)
     assert isinstance(state, gradax.contrib.SplitRealAndImaginaryState)
-    pairs = lambda t: {"re": jnp.real(t["z"]), "im": jnp.imag(t["z"]), "r": t["r"]}  # noqa: E731
+    pairs = lambda t: {"re": jnp.real(t["z"]), "im": jnp.imag(t["z"]), "r": t["r"]}
     ref, _, _ = run(gradax.adam(0.1), pairs(params), [pairs(g) for g in grads])
     for u, r in zip(ups, ref):
         assert u["z"].dtype == jnp.complex64
@@ -66,7 +66,7 @@ def test_abstract_init():
 def test_converges_on_complex_quadratic():
     # JAX's grad of a real loss of z is the conjugate of the steepest-ascent direction: optimize with conj(grad)
     target = jnp.array([1.0 + 2.0j, -0.5j], jnp.complex64)
-    loss = lambda z: jnp.sum(jnp.abs(z - target) ** 2)  # noqa: E731
+    loss = lambda z: jnp.sum(jnp.abs(z - target) ** 2)
     tx = gradax.contrib.split_real_and_imaginary(gradax.adam(0.05))
     z = jnp.zeros(2, jnp.complex64)
     state = tx.init(z)

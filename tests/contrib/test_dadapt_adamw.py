@@ -9,7 +9,7 @@ import pytest
 import gradax
 from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges
 
-_SCHED = lambda c: 1.0 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1.0 / (1.0 + c)
 
 
 @pytest.mark.parametrize("kw", [{}, {"estim_lr0": 1e-3, "weight_decay": 0.1}, {"learning_rate": _SCHED}])
@@ -23,7 +23,7 @@ def test_abstract_init_and_bf16():
 
 def test_converges_on_quadratic():
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)
     assert converges(gradax.contrib.dadapt_adamw(), loss, jnp.zeros(3), 500) < 5e-2
 
 
@@ -42,7 +42,7 @@ def test_errors():
 def test_weight_decay_schedule_evaluated_before_the_increment():
     """weight_decay only enters the update: with params held fixed, step k with the schedule wd(k) equals step k
     with the number wd(k)."""
-    wd = lambda c: 0.1 * (c + 1.0)  # noqa: E731
+    wd = lambda c: 0.1 * (c + 1.0)
     params, grads = {"w": jnp.array([1.0, -2.0, 0.5])}, [{"w": jnp.array([0.3, -0.1, 0.2]) * (i + 1)} for i in range(3)]
     sched = gradax.contrib.dadapt_adamw(estim_lr0=1e-2, weight_decay=wd)
     s = sched.init(params)
@@ -57,7 +57,7 @@ def test_weight_decay_schedule_evaluated_before_the_increment():
 
 def _trajectory(tx, lib, steps=40):
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)
     x = jnp.zeros(3)
     state = tx.init(x)
     step = jax.jit(lambda x, s: tx.update(jax.grad(loss)(x), s, x))

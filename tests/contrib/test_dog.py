@@ -10,7 +10,7 @@ import gradax
 from tests._stepping import run
 from tests.contrib._common import check_abstract_and_bf16, check_oracle, converges, params_and_grads
 
-_SCHED = lambda c: 1.0 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1.0 / (1.0 + c)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_abstract_init_same_updates(make):
 
 def test_converges_on_quadratic():
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)
     # parameter-free methods converge at the O(1/sqrt(T)) rate: 500 steps reduce the loss (5.55) over 100x
     assert converges(gradax.contrib.dog(), loss, jnp.zeros(3), 500) < 5e-2
     assert converges(gradax.contrib.dowg(), loss, jnp.zeros(3), 500) < 5e-2

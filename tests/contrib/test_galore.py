@@ -44,7 +44,7 @@ def test_galore_matches_optax(kw):
 
 def test_scale_by_galore_base_and_dimension_numbers_match_optax():
     _both(lambda lib: lib.contrib.scale_by_galore(rank=2, update_proj_gap=2, base_optimizer=lib.scale_by_rms()))
-    dn = lambda lib: {  # noqa: E731
+    dn = lambda lib: {
         "w": None,
         "t": lib.contrib.GaLoreDimensionNumbers(1, 0),
         "sq": None,
@@ -55,7 +55,7 @@ def test_scale_by_galore_base_and_dimension_numbers_match_optax():
 
 
 def test_schedule_matches_optax():
-    sched = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+    sched = lambda c: 1e-2 / (1.0 + c)
     _both(lambda lib: lib.contrib.galore(sched, rank=2, update_proj_gap=3))
 
 
@@ -86,7 +86,7 @@ def test_abstract_init_and_bf16():
 
 def test_converges_on_low_rank_least_squares():
     target = jnp.outer(jnp.arange(1.0, 7.0), jnp.array([1.0, -1.0, 0.5, 2.0]))
-    loss = lambda w: 0.5 * jnp.sum((w - target) ** 2)  # noqa: E731
+    loss = lambda w: 0.5 * jnp.sum((w - target) ** 2)
     tx = gradax.contrib.galore(0.3, rank=1, update_proj_gap=5)
     w = jnp.zeros((6, 4))
     s = tx.init(w)

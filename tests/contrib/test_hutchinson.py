@@ -50,7 +50,7 @@ def test_default_key_matches_optax_prngkey0():
 
 def test_unbiased_for_a_dense_hessian():
     a = jnp.array([[2.0, 1.0, -0.5], [1.0, 3.0, 0.7], [-0.5, 0.7, 1.5]])
-    g = lambda x: 0.5 * x @ a @ x  # noqa: E731
+    g = lambda x: 0.5 * x @ a @ x
     tx = gradax.contrib.hutchinson_estimator_diag_hessian(0)
     x = jnp.ones(3)
 

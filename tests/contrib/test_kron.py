@@ -190,7 +190,7 @@ def test_shapes_policy_and_dtypes():
     assert [q.shape for q in s[0].qs["stack"]] == [(2, 4, 4), (2, 3, 3)]
     assert [q.shape for q in s[0].qs["s"]] == [(1,)]
     abstract = opt.init(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params))
-    sig = lambda t: jax.tree.map(lambda x: (x.shape, x.dtype), t)  # noqa: E731
+    sig = lambda t: jax.tree.map(lambda x: (x.shape, x.dtype), t)
     assert sig(s) == sig(abstract)
     u, s2 = jax.jit(opt.update)(params, s, params)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(u)) and sig(s2) == sig(s)

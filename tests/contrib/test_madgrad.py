@@ -18,7 +18,7 @@ def test_matches_optax(kw):
 
 
 def test_schedule():
-    sched = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+    sched = lambda c: 1e-2 / (1.0 + c)
     check_oracle(gradax.contrib.scale_by_madgrad(sched), optax.contrib.scale_by_madgrad(sched))
 
 
@@ -57,7 +57,7 @@ def test_abstract_init_captures_x0_at_first_update():
 
 def test_converges_on_quadratic():
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * x**2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * x**2)
     assert converges(gradax.contrib.madgrad(0.1), loss, jnp.array([1.0, -1.0, 2.0]), 500) < 1e-2
 
 

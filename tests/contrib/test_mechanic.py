@@ -27,7 +27,7 @@ def test_matches_optax(kw):
 def test_quadratic_trajectory_matches_optax(base, rtol):
     """60 steps where the scale s grows from 1e-6 to O(1); with SGD as the base the results are identical."""
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)
 
     def traj(lib):
         tx = lib.contrib.mechanize(getattr(lib, base)(1e-2), weight_decay=0.1)
@@ -48,7 +48,7 @@ def test_quadratic_trajectory_matches_optax(base, rtol):
 
 def test_converges_on_quadratic():
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * x**2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * x**2)
     assert converges(gradax.contrib.mechanize(gradax.sgd(0.05)), loss, jnp.array([1.0, -1.0, 2.0]), 300) < 0.05 * 5.7
 
 

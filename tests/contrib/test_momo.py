@@ -89,7 +89,7 @@ def test_momo_adam_missing_value():
 
 
 def test_momo_adam_schedule():
-    sched = lambda c: 0.1 / (1.0 + c)  # noqa: E731
+    sched = lambda c: 0.1 / (1.0 + c)
     ug, _ = _run(gradax.contrib.momo_adam(learning_rate=sched))
     uo, _ = _run(optax.contrib.momo_adam(learning_rate=sched))
     np.testing.assert_allclose(ug, uo, rtol=1e-5, atol=1e-6)
@@ -194,7 +194,7 @@ def test_weight_decay_each_step_from_optax_state(name, kw):
 
 def test_weight_decay_one_step_closed_form():
     """f = ||x||^2 from [1, 2, 3], lr 1, wd 0.1: tau = 0.225, x+ = (x - tau 2x)/1.1 = x/2 (Optax 0.2.8: 0.4591 x)."""
-    f = lambda x: jnp.sum(x**2)  # noqa: E731
+    f = lambda x: jnp.sum(x**2)
     x = jnp.array([1.0, 2.0, 3.0])
     for lib, factor in ((gradax, 0.5), (optax, 1 / 1.1 - 0.45)):
         tx = lib.contrib.momo(learning_rate=1.0, weight_decay=0.1)

@@ -78,7 +78,7 @@ def test_converges_on_least_squares():
     a = jax.random.normal(jax.random.key(0), (6, 6))
     w_star = jax.random.normal(jax.random.key(1), (4, 6))
     b = w_star @ a
-    loss = lambda p: jnp.mean((p["w"] @ a - b) ** 2)  # noqa: E731
+    loss = lambda p: jnp.mean((p["w"] @ a - b) ** 2)
     opt = contrib.muon(lambda c: 0.1 * 0.98**c)
     p = {"w": jnp.zeros((4, 6))}
     s = opt.init(p)

@@ -204,7 +204,7 @@ def test_shapes_policy_and_dtypes():
         opt = make(1e-2, muon_weight_dimension_numbers=dims)
         s = opt.init(params)
         abstract = opt.init(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params))
-        shapes = lambda t: jax.tree.map(lambda x: (x.shape, x.dtype), t)  # noqa: E731
+        shapes = lambda t: jax.tree.map(lambda x: (x.shape, x.dtype), t)
         assert shapes(s) == shapes(abstract)
         u, s2 = jax.jit(opt.update)(params, s, params)
         assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(u))

@@ -37,6 +37,6 @@ def test_abstract_init_and_bf16():
 
 
 def test_converges_with_decaying_step():
-    loss = lambda x: 0.5 * jnp.sum(x**2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(x**2)
     tx = gradax.chain(gradax.contrib.normalize(), gradax.sgd(lambda c: 1.0 / (1.0 + c)))
     assert converges(tx, loss, jnp.array([1.0, -2.0]), 200) < 1e-2

@@ -61,7 +61,7 @@ def test_dpsgd_matches_optax(kw):
 
 
 def test_dpsgd_schedule_matches_optax():
-    sched = lambda c: 0.1 / (1.0 + c)  # noqa: E731
+    sched = lambda c: 0.1 / (1.0 + c)
     ug, _ = _run(gradax.contrib.dpsgd(sched, 2.0, 0.3, 1, momentum=0.9))
     uo, _ = _run(optax.contrib.dpsgd(sched, 2.0, 0.3, 1, momentum=0.9))
     assert_trees_close(ug, uo)

@@ -52,7 +52,7 @@ def test_abstract_init_and_bf16():
 
 def test_converges_on_quadratic():
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * (x - 3.0) ** 2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * (x - 3.0) ** 2)
     assert converges(gradax.contrib.prodigy(estim_lr0=1e-4), loss, jnp.zeros(3), 400) < 5e-2
 
 

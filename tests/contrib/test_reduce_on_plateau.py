@@ -52,7 +52,7 @@ def test_min_scale_and_abstract_init():
 
 def test_in_training_loop_converges():
     a = jnp.array([1.0, 10.0])
-    loss = lambda x: 0.5 * jnp.sum(a * x**2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * x**2)
     tx = gradax.chain(gradax.sgd(0.19), gradax.contrib.reduce_on_plateau(patience=3, factor=0.5))
     x, state = jnp.array([1.0, 1.0]), tx.init(jnp.zeros(2))
 

@@ -20,8 +20,8 @@ def test_matches_optax(kw):
 
 
 def test_opaque_mode_matches_optax():
-    loss = lambda p: jnp.sum(jnp.sin(p) * p**2)  # noqa: E731
-    grad_fn = lambda p, i: jax.grad(loss)(p)  # noqa: E731
+    loss = lambda p: jnp.sum(jnp.sin(p) * p**2)
+    grad_fn = lambda p, i: jax.grad(loss)(p)
     outs = []
     for lib in (gradax, optax):
         tx = _make(lib, sync_period=3, opaque_mode=True)
@@ -46,7 +46,7 @@ def test_zero_gradient_finite_where_optax_gives_nan():
 
 
 def test_paper_rule_one_period():
-    g = lambda p: 2.0 * p  # noqa: E731
+    g = lambda p: 2.0 * p
     tx = gradax.contrib.sam(gradax.sgd(0.1), gradax.chain(gradax.contrib.normalize(), gradax.sgd(0.05)))
     p = jnp.array([3.0, 4.0])
     state = tx.init(p)
@@ -68,7 +68,7 @@ def test_abstract_init():
 
 def test_converges_on_quadratic():
     a = jnp.array([1.0, 10.0, 0.1])
-    loss = lambda x: 0.5 * jnp.sum(a * x**2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * x**2)
     tx = gradax.contrib.sam(gradax.sgd(0.05), gradax.chain(gradax.contrib.normalize(), gradax.sgd(0.01)))
     assert converges(tx, loss, jnp.array([1.0, -1.0, 2.0]), 2000) < 1e-3
 

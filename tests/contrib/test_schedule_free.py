@@ -38,7 +38,7 @@ def test_eval_params_matches_optax():
 
 def test_schedule_evaluated_from_step_zero():
     """Paper: the first step uses gamma_0. Optax 0.2.8 evaluates the schedule at step_count = 1 first."""
-    lr = lambda c: 0.1 * (c + 1.0)  # noqa: E731 (0.1 at step 0, 0.2 at step 1)
+    lr = lambda c: 0.1 * (c + 1.0)
     p = jnp.array([0.0])
     g = jnp.array([1.0])
     ours = contrib.schedule_free(gradax.sgd(lr), lr, weight_lr_power=2.0)
@@ -67,7 +67,7 @@ def test_closed_form_sgd_first_steps():
 
 def test_converges_on_quadratic():
     # the convex quadratic of the paper's setting (Defazio et al., 2024, Sec. 2): x_T -> argmin
-    loss = lambda p: 0.5 * jnp.sum(jnp.array([1.0, 3.0]) * (p - 1.0) ** 2)  # noqa: E731
+    loss = lambda p: 0.5 * jnp.sum(jnp.array([1.0, 3.0]) * (p - 1.0) ** 2)
     opt = contrib.schedule_free_adamw(0.1, warmup_steps=5)
     p = jnp.zeros(2)
     s = opt.init(p)

@@ -88,7 +88,7 @@ def test_scg_matches_pytorch_optimizer(f64_reference):
 
 def test_lmos_closed_form():
     d = jnp.array([[3.0, -4.0], [0.0, 2.0], [1.0, 1.0]])  # fan_in 3, fan_out 2
-    lmo = lambda norm: contrib.scale_by_scion(momentum=1.0, layer_norms=norm, eps=0.0).update(  # noqa: E731
+    lmo = lambda norm: contrib.scale_by_scion(momentum=1.0, layer_norms=norm, eps=0.0).update(
         d, contrib.scale_by_scion().init(d)
     )[0]
     np.testing.assert_allclose(lmo("sign"), jnp.sign(d) / 3)
@@ -114,7 +114,7 @@ def test_shapes_policy_and_dtypes():
     opt = contrib.scion(0.1, weight_dimension_numbers=dims)
     s = opt.init(params)
     abstract = opt.init(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params))
-    shapes = lambda t: jax.tree.map(lambda x: (x.shape, x.dtype), t)  # noqa: E731
+    shapes = lambda t: jax.tree.map(lambda x: (x.shape, x.dtype), t)
     assert shapes(s) == shapes(abstract)
     u, s2 = jax.jit(opt.update)(params, s, params)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(u)) and shapes(s2) == shapes(s)

@@ -71,7 +71,7 @@ def test_newton_roots_are_more_accurate_than_eigh_in_float32():
     w, v = jnp.linalg.eigh(a)
     by_eigh = (v * w**-0.25) @ v.T
     by_newton = inverse_root(a, 4, 0.0)
-    err = lambda r: np.linalg.norm(np.asarray(r, np.float64) - truth) / np.linalg.norm(truth)  # noqa: E731
+    err = lambda r: np.linalg.norm(np.asarray(r, np.float64) - truth) / np.linalg.norm(truth)
     assert err(by_newton) < 0.5 * err(by_eigh)
     # p = 6 (a rank-3 tensor) has no Newton iteration here: eigh, still accurate for a well-conditioned statistic
     b = jnp.asarray((q * np.logspace(0, -1, 16)) @ q.T, jnp.float32)

@@ -64,7 +64,7 @@ def test_default_estimator_matches_optax():
 
 
 def test_schedule_matches_optax():
-    sched = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+    sched = lambda c: 1e-2 / (1.0 + c)
     key = jax.random.key(1)
     ug, _, _ = _run(
         gradax.contrib.sophia(sched, hessian_diagonal_fn=gradax.contrib.hutchinson_estimator_diag_hessian(key))
@@ -86,7 +86,7 @@ def test_missing_obj_fn_and_params_are_named():
 
 def test_converges_on_a_quadratic():
     a = jnp.array([0.5, 2.0, 10.0])
-    q = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)  # noqa: E731
+    q = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)
     tx = gradax.contrib.sophia(0.05, weight_decay=0.0, update_interval=2)
     x = jnp.array([3.0, -2.0, 4.0])
 

@@ -43,7 +43,7 @@ def _run(tx_ours, tx_theirs, steps, batch=(4,), per_element=True, jit=True):
 
 
 def test_public_names():
-    names = lambda m: {n for n in dir(m) if not n.startswith("_") and n[0].isupper() or callable(getattr(m, n, None))}  # noqa: E731
+    names = lambda m: {n for n in dir(m) if not n.startswith("_") and n[0].isupper() or callable(getattr(m, n, None))}
     wanted = {
         "AccumulateAvgUpdatesState",
         "AggregatedUpdates",
@@ -141,7 +141,7 @@ def test_process_runs_the_optimizer_only_when_ready():
     theirs = OA.process(optax.identity(), OA.average_incrementally_updates(0, 2), optax.adam(0.1))
     s_o, _ = _run(ours, theirs, 5)
     assert int(s_o[2][0].count) == 2  # adam ran on steps 2 and 4 only
-    clip = lambda gs, _: jax.vmap(gradax.projections.projection_l2_ball)(gs)  # noqa: E731
+    clip = lambda gs, _: jax.vmap(gradax.projections.projection_l2_ball)(gs)
     ours = GA.process(gradax.stateless(clip), GA.average_per_element_updates(), gradax.sgd(0.5))
     theirs = OA.process(optax.stateless(clip), OA.average_per_element_updates(), optax.sgd(0.5))
     _run(ours, theirs, 2)

@@ -150,10 +150,10 @@ def test_line_searches_with_inf_and_small_factors(kind):
     x0 = jnp.asarray([0.0, 3.0, -1.0])
     if kind == "zoom":
         kws = [{"curv_rtol": INF}, {"increase_factor": INF}, {"increase_factor": 0.5}]
-        make = lambda lib, kw: lib.chain(lib.sgd(1.0), lib.scale_by_zoom_linesearch(8, **kw))  # noqa: E731
+        make = lambda lib, kw: lib.chain(lib.sgd(1.0), lib.scale_by_zoom_linesearch(8, **kw))
     else:
         kws = [{"increase_factor": INF}, {"increase_factor": 0.5}]
-        make = lambda lib, kw: lib.chain(lib.sgd(1.0), lib.scale_by_backtracking_linesearch(8, **kw))  # noqa: E731
+        make = lambda lib, kw: lib.chain(lib.sgd(1.0), lib.scale_by_backtracking_linesearch(8, **kw))
     for kw in kws:
         out = []
         for lib in (gradax, optax):

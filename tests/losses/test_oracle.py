@@ -193,7 +193,7 @@ def test_registry_names_are_the_tested_losses():
 
 
 def test_public_names_match_optax():
-    public = lambda m: sorted(n for n in dir(m) if not n.startswith("_"))  # noqa: E731
+    public = lambda m: sorted(n for n in dir(m) if not n.startswith("_"))
     assert public(gradax.losses) == public(optax.losses)
 
 

@@ -206,7 +206,7 @@ def test_micro_grad_matches_optax_with_transform_metrics_aux():
 
 
 def test_micro_grad_argnums_tuple_and_early_stop():
-    fun = lambda w, s, x: s * jnp.sum(x @ w)  # noqa: E731
+    fun = lambda w, s, x: s * jnp.sum(x @ w)
     kw = dict(argnums=(0, 1), batch_argnums=2, keep_batch_dim=False, microbatch_size=3, num_real_microbatches=2)
     got = GM.micro_grad(fun, **kw)(W, 2.0, X)
     want = OM.micro_grad(fun, **kw)(W, 2.0, X)

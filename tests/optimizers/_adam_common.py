@@ -47,7 +47,7 @@ def assert_matches_optax(make, steps: int = 10, rtol: float = 1e-5, atol: float 
 def quadratic_converges(opt, steps: int = 300, tol: float = 1e-2) -> bool:
     """Whether ``opt`` drives ``0.5 * sum(a * (x - 1)**2)`` close to its minimum at 1."""
     a = jnp.array([1.0, 3.0, 10.0])
-    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)  # noqa: E731
+    loss = lambda x: 0.5 * jnp.sum(a * (x - 1.0) ** 2)
     x = jnp.zeros(3)
     state = opt.init(x)
 

@@ -145,7 +145,7 @@ def test_converges_on_rosenbrock_like_scipy():
     path, state = _solve(gradax, rosenbrock, X0, 60)
     ours = path[-1]
     np.testing.assert_allclose(ours, np.ones(4), atol=1e-3)
-    f64 = lambda x: float(np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2))  # noqa: E731
+    f64 = lambda x: float(np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2))
     ref = scipy.optimize.minimize(f64, np.asarray(X0, np.float64), method="L-BFGS-B", options={"maxcor": 10})
     assert ref.success
     # iterations to reach f < 1e-6: same order of magnitude as scipy's L-BFGS-B iteration count
@@ -201,7 +201,7 @@ def test_errors():
     x = jnp.zeros(2)
     s = opt.init(x)
     g = jnp.ones(2)
-    f = lambda w: jnp.sum(w**2)  # noqa: E731
+    f = lambda w: jnp.sum(w**2)
     with pytest.raises(ValueError, match="needs `value`"):
         opt.update(g, s, x, grad=g, value_fn=f)
     with pytest.raises(ValueError, match="needs `grad`"):

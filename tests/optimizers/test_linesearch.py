@@ -88,7 +88,7 @@ def test_zoom_step_satisfies_strong_wolfe():
 
 
 def test_nan_objective_gives_zero_step():
-    f = lambda x: jnp.where(jnp.sum(x) > 0.5, jnp.nan, jnp.sum(x**2))  # noqa: E731
+    f = lambda x: jnp.where(jnp.sum(x) > 0.5, jnp.nan, jnp.sum(x**2))
     for ls in [gradax.scale_by_backtracking_linesearch(3), gradax.scale_by_zoom_linesearch(3)]:
         opt = gradax.chain(gradax.scale(-100.0), ls)
         x = jnp.array([-0.1, -0.1])
@@ -98,7 +98,7 @@ def test_nan_objective_gives_zero_step():
 
 
 def test_value_and_grad_from_state():
-    f = lambda x, scale=1.0: scale * jnp.sum(x**2)  # noqa: E731
+    f = lambda x, scale=1.0: scale * jnp.sum(x**2)
     opt = gradax.lbfgs()
     x = jnp.array([1.0, 2.0])
     s = opt.init(x)
@@ -121,7 +121,7 @@ def test_value_and_grad_from_state():
 
 def test_extra_kwargs_not_used_by_value_fn_are_ignored():
     """Optax raises TypeError here; gradax ignores them (ExtraArgs semantics, docs/differences.md)."""
-    f = lambda x: jnp.sum(x**2)  # noqa: E731
+    f = lambda x: jnp.sum(x**2)
     x = jnp.ones(2)
     for ls in [gradax.scale_by_zoom_linesearch(5), gradax.scale_by_backtracking_linesearch(5)]:
         v, g = jax.value_and_grad(f)(x)
@@ -156,7 +156,7 @@ def test_errors():
     x = jnp.ones(2)
     for name, ls in [(z, gradax.scale_by_zoom_linesearch(5)), (b, gradax.scale_by_backtracking_linesearch(5))]:
         s = ls.init(x)
-        f = lambda w: jnp.sum(w**2)  # noqa: E731
+        f = lambda w: jnp.sum(w**2)
         with pytest.raises(ValueError, match=rf"{name}: update\(...\) needs `value`"):
             ls.update(x, s, x, grad=x, value_fn=f)
         with pytest.raises(ValueError, match=rf"{name}: update\(...\) needs `grad`"):

@@ -22,7 +22,7 @@ def _one_step(lib, opt, fn, w, u, stepsize_guess):
 @pytest.mark.parametrize("strategy", ["keep", "one"])
 def test_zoom_accepts_python_float_learning_rate_like_optax(strategy):
     """w = -1, u = 1.95: the first trial has f'(w + u) > 0 (the bracket's high end below its low end)."""
-    fn = lambda x: x**2  # noqa: E731
+    fn = lambda x: x**2
     w = jnp.asarray(-1.0)
     u = -1.95 * w
     out = {}
@@ -37,7 +37,7 @@ def test_zoom_accepts_python_float_learning_rate_like_optax(strategy):
 
 
 def test_backtracking_accepts_python_float_learning_rate():
-    fn = lambda x: jnp.sum(x**2)  # noqa: E731
+    fn = lambda x: jnp.sum(x**2)
     w = jnp.array([1.0, -2.0])
     for lib in (gradax, optax):
         opt = lib.scale_by_backtracking_linesearch(max_backtracking_steps=10)
@@ -47,7 +47,7 @@ def test_backtracking_accepts_python_float_learning_rate():
 
 
 def test_value_and_grad_from_state_error_types_like_optax():
-    fn = lambda x: jnp.sum(x**2)  # noqa: E731
+    fn = lambda x: jnp.sum(x**2)
     x = jnp.array([1.0, 2.0])
     vg = gradax.value_and_grad_from_state(fn)
     with pytest.raises(ValueError, match="must hold exactly one `value` and one `grad`"):

@@ -54,7 +54,7 @@ def test_state_and_dtypes():
 
 
 def test_converges_on_quadratic():
-    sched = lambda c: 0.05 * 0.99**c  # noqa: E731 - sign steps need a decaying rate to settle
+    sched = lambda c: 0.05 * 0.99**c
     assert quadratic_converges(gradax.lion(sched, weight_decay=0.0), steps=600, tol=5e-2)
 
 

@@ -33,7 +33,7 @@ def test_polyak_sgd_matches_optax_with_unit_scaling(kwargs):
 def test_polyak_sgd_scaling_follows_documented_formula(scaling):
     """s * min(gap / ||g||^2, gmax) * g; Optax 0.2.8 divides by s instead of multiplying (docs/differences.md)."""
     params = jnp.array([1.0, 2.0, 3.0])
-    f = lambda x: jnp.sum(x**2)  # noqa: E731
+    f = lambda x: jnp.sum(x**2)
     value, grad = jax.value_and_grad(f)(params)
     opt = gradax.polyak_sgd(max_learning_rate=10.0, scaling=scaling)
     u, _ = opt.update(grad, opt.init(params), params, value=value)

@@ -53,8 +53,8 @@ def _close(a, b, rtol=1e-5, atol=1e-6):
 def test_matches_optax(name, make, kwargs):
     for seed in range(3):
         x = _tree(seed)
-        ours = lambda x: getattr(GP, name)(*make(x), **kwargs)  # noqa: E731
-        theirs = lambda x: getattr(OP, name)(*make(x), **kwargs)  # noqa: E731
+        ours = lambda x: getattr(GP, name)(*make(x), **kwargs)
+        theirs = lambda x: getattr(OP, name)(*make(x), **kwargs)
         _close(ours(x), theirs(x))
         _close(jax.jit(ours)(x), theirs(x))
         _close(jax.jacobian(ours)(x), jax.jacobian(theirs)(x), atol=1e-5)

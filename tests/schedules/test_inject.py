@@ -181,7 +181,7 @@ def test_static_arguments_are_detected():
 def test_callable_pytree_is_a_schedule_and_function_parameters_are_not_schedules():
     assert gradax._hyperparams.is_schedule(Mask(jnp.ones(2)))  # a callable hyperparameter is a schedule
     tx_seen.clear()
-    plain_mask = lambda params: params  # noqa: E731 - a mask function, passed to a parameter named mask
+    plain_mask = lambda params: params
     opt = gradax.inject_hyperparams(_factory)(learning_rate=0.5, mask=plain_mask)
     state = opt.init(PARAMS)
     assert "mask" not in state.hyperparams and tx_seen[-1]["mask"] is plain_mask

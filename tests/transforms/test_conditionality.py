@@ -62,7 +62,7 @@ def test_apply_if_finite_errors():
 
 @pytest.mark.parametrize("name", ["conditionally_mask", "conditionally_transform"])
 def test_conditionally_matches_optax(name):
-    cond = lambda step: step % 3 != 1  # noqa: E731
+    cond = lambda step: step % 3 != 1
     tx, ref = getattr(gradax, name)(gradax.sgd(0.1, 0.9), cond), getattr(optax, name)(optax.sgd(0.1, 0.9), cond)
     s, rs = tx.init(P), ref.init(P)
     for i in range(6):

@@ -78,7 +78,7 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
     def init(params):
         def leaf(p):
             dtype = state_dtype(leaf_dtype(p))
-            zeros = lambda: zeros_for(p, dtype)  # noqa: E731 - one buffer per field (donation-safe)
+            zeros = lambda: zeros_for(p, dtype)
             if isinstance(p, jax.ShapeDtypeStruct):  # not known yet: NaN marks it, the first update fills it in
                 start = jnp.full(np.shape(p), jnp.nan if jnp.issubdtype(dtype, jnp.inexact) else 0, dtype)
             else:

@@ -70,7 +70,7 @@ def scale_by_madgrad(
     def init(params):
         def leaf(p):
             dtype = state_dtype(leaf_dtype(p))
-            zeros = lambda: zeros_for(p, dtype)  # noqa: E731 - one buffer per field (donation-safe)
+            zeros = lambda: zeros_for(p, dtype)
             start = zeros() if isinstance(p, jax.ShapeDtypeStruct) else jnp.array(p, dtype, copy=True)
             return zeros(), zeros(), start
 

@@ -47,7 +47,7 @@ def _init(state_cls, n_moments, lower_bound):
     def init(params):
         moments = [zeros_state_like(params) for _ in range(n_moments)]
         lb = jnp.asarray(as_value(lower_bound), hyperparam_dtype())
-        zero = lambda: jnp.zeros([], hyperparam_dtype())  # noqa: E731 - one buffer per field (donation-safe)
+        zero = lambda: jnp.zeros([], hyperparam_dtype())
         return state_cls(*moments, zero(), zero(), lb, jnp.zeros([], jnp.int32))
 
     return init

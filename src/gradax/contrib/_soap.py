@@ -1,7 +1,6 @@
 """SOAP (Vyas et al., 2024): Adam run in the eigenbasis of Shampoo's preconditioner, the basis refreshed every few
 steps by one step of QR-based power iteration."""
 
-import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -85,53 +84,49 @@ def _eigenbasis(s: jax.Array) -> jax.Array:
     return _canonical_signs(_complete(q, null)[:, ::-1])
 
 
-def _sorted_lq(s: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``L Q`` and the order of its columns by decreasing estimated eigenvalue ``diag(Q^T L Q)``."""
-    lq = jnp.matmul(s, q, precision=_HIGHEST)
-    return lq, jnp.argsort(-jnp.sum(q * lq, axis=0), stable=True)
-
-
-def _power_qr(stats: tuple, bases: tuple) -> tuple[tuple, tuple]:
+def _power_qr(stats: tuple, bases: tuple) -> tuple:
     """One power-iteration step ``Q <- qr(L Q)`` per axis, the columns of ``L Q`` taken by decreasing estimated
-    eigenvalue ``diag(Q^T L Q)`` (the order Gram-Schmidt sees them in), then put back in their previous order; and,
-    per axis, which columns of ``L Q`` added no direction (see :func:`_power_qr_retry`).
+    eigenvalue ``diag(Q^T L Q)`` (the order Gram-Schmidt sees them in), then put back in their previous order.
 
     Putting them back keeps each column paired with the same second-moment entry, which is what the reference does by
     permuting the second moment instead: the same update, with the second moment never gathered (it stays laid out,
     and sharded, like the parameters).
-    """
-    out, flags = [], []
-    for s, q in zip(stats, bases):
-        if s is None or q.shape[-1] == 0:
-            out.append(q)
-            flags.append(None if s is None else jnp.zeros(q.shape[-1], bool))
-            continue
-        lq, order = _sorted_lq(s, q)
-        qq, r = jnp.linalg.qr(lq[:, order])
-        diag = jnp.abs(jnp.diagonal(r))
-        back = jnp.argsort(order)
-        out.append(_canonical_signs(qq[:, back]))
-        flags.append((diag <= _null_tolerance(jnp.max(diag), q.shape[-1], s.dtype))[back])
-    return tuple(out), tuple(flags)
 
-
-def _power_qr_retry(stats: tuple, bases: tuple, bad: tuple) -> tuple:
-    """:func:`_power_qr` again where ``L`` is rank-deficient, so that the result does not depend on rounding.
-
-    Gram-Schmidt then meets columns of ``L Q`` with nothing left beyond the columns before them (``|R_jj|`` zero to
-    working precision, ``bad``); the reference normalises their rounding noise into arbitrary directions, and every
-    later column is orthogonalised against that noise. Here the QR is taken again, in the same order, over the columns
-    that add a direction, followed by the previous basis's columns of the others (in index order) for what those leave.
+    Where ``L`` is rank-deficient, Gram-Schmidt meets columns of ``L Q`` with nothing left beyond the columns before
+    them (``|R_jj|`` zero to working precision); the reference normalises their rounding noise into arbitrary
+    directions, and orthogonalises every later column against that noise. Here the QR is then taken again, in the
+    same order, over the columns that add a direction, followed by the previous basis's columns of the others (in
+    index order) for what those leave: a result that does not depend on rounding. The passes are one loop over one
+    QR, which stops after the first where the statistics have full rank.
     """
     out = []
-    for s, q, b in zip(stats, bases, bad):
+    for s, q in zip(stats, bases):
         if s is None or q.shape[-1] == 0:
             out.append(q)
             continue
         d = q.shape[-1]
-        lq, order = _sorted_lq(s, q)
-        order = jnp.argsort(jnp.where(b, d + jnp.arange(d), jnp.argsort(order)))
-        out.append(_canonical_signs(jnp.linalg.qr(jnp.where(b, q, lq)[:, order])[0][:, jnp.argsort(order)]))
+        lq = jnp.matmul(s, q, precision=_HIGHEST)
+        rank = jnp.argsort(jnp.argsort(-jnp.sum(q * lq, axis=0), stable=True))  # each column's place in that order
+
+        def body(carry, lq=lq, q=q, rank=rank, d=d, dtype=s.dtype):
+            _, bad, passes = carry
+            order = jnp.argsort(jnp.where(bad, d + jnp.arange(d), rank))
+            qq, r = jnp.linalg.qr(jnp.where(bad, q, lq)[:, order])
+            diag = jnp.abs(jnp.diagonal(r))
+            back = jnp.argsort(order)
+            return qq[:, back], bad | (diag <= _null_tolerance(jnp.max(diag), d, dtype))[back], passes + 1
+
+        def again(carry):
+            _, bad, passes = carry
+            return (passes == 0) | ((passes < 3) & jnp.any(bad & ~carry[3]))
+
+        def step(carry, body=body):
+            new = body(carry[:3])
+            return (*new, carry[1])
+
+        init = (q, jnp.zeros(d, bool), jnp.int32(0), jnp.zeros(d, bool))
+        qq = jax.lax.while_loop(again, step, init)[0]
+        out.append(_canonical_signs(qq))
     return tuple(out)
 
 
@@ -268,19 +263,18 @@ def scale_by_soap(
             stats = tuple(
                 None if s is None else beta_s * s + (1 - beta_s) * axis_gram(g, i) for i, s in enumerate(stats)
             )
-            bad = tuple(None if x is None else jnp.zeros(x.shape[-1], bool) for x in stats)
             if any(s is not None for s in stats):
-                bases, bad = jax.lax.switch(
+                bases = jax.lax.switch(
                     branch,
                     [
-                        lambda s, q: (q, bad),
-                        lambda s, q: (tuple(None if x is None else _eigenbasis(x) for x in s), bad),
+                        lambda s, q: q,
+                        lambda s, q: tuple(None if x is None else _eigenbasis(x) for x in s),
                         _power_qr,
                     ],
                     stats,
                     bases,
                 )
-            return u, mu_new, nu_new, stats, bases, bad
+            return u, mu_new, nu_new, stats, bases
 
         def leaf(g, mu, nu, stats, bases, dims):
             lay, _ = view(g.shape, dims)
@@ -292,13 +286,7 @@ def scale_by_soap(
             def mats(t):
                 return tuple(None if s is None else s.astype(cd).reshape(lay.size, *s.shape[-2:]) for s in t)
 
-            old_q = mats(bases)
-            u, m, v, s, q, bad = jax.vmap(one)(blocks(g), blocks(mu), blocks(nu), mats(stats), old_q)
-            # a refresh over rank-deficient statistics is taken again (_power_qr_retry); the test is one scalar for
-            # the whole batch, so the second QR costs nothing once the statistics have full rank
-            if any(x is not None for x in bad):
-                retry = functools.reduce(jnp.logical_or, [jnp.any(x) for x in bad if x is not None])
-                q = jax.lax.cond(retry, lambda: jax.vmap(_power_qr_retry)(s, old_q, bad), lambda: q)
+            u, m, v, s, q = jax.vmap(one)(blocks(g), blocks(mu), blocks(nu), mats(stats), mats(bases))
 
             def back(t, like):
                 return tuple(None if x is None else x.reshape(y.shape).astype(y.dtype) for x, y in zip(t, like))

@@ -128,7 +128,7 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
             if dims is None:  # placeholders for the row and column statistics (distinct buffers: donation-safe)
                 return jnp.zeros((1,), dtype), jnp.zeros((1,), dtype), zeros_for(p, dtype)
             d1, d0 = dims
-            without = lambda axis: tuple(n for i, n in enumerate(shape) if i != axis)  # noqa: E731
+            without = lambda axis: tuple(n for i, n in enumerate(shape) if i != axis)
             return jnp.zeros(without(d0), dtype), jnp.zeros(without(d1), dtype), jnp.zeros((1,), dtype)
 
         v_row, v_col, v = map_n(3, leaf, params)

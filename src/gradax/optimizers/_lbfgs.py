@@ -118,8 +118,8 @@ def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True) -> Gr
     def init(params):
         dt = value_dtype(params)
         # one buffer per field (a donated state must not hold one buffer twice)
-        zeros = lambda: zeros_like_params(params)  # noqa: E731
-        stacked = lambda: jax.tree.map(lambda p: jnp.zeros((memory_size, *np.shape(p)), p.dtype), params)  # noqa: E731
+        zeros = lambda: zeros_like_params(params)
+        stacked = lambda: jax.tree.map(lambda p: jnp.zeros((memory_size, *np.shape(p)), p.dtype), params)
         return ScaleByLBFGSState(
             count=jnp.zeros([], jnp.int32),
             params=zeros(),

@@ -119,8 +119,8 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: ArrayLike = 1e-6) -> Grad
         return 1 / (1 + lr**2) ** 0.5
 
     if is_schedule(learning_rate):
-        step = lambda count: shrink(count) * value_at(learning_rate, count)  # noqa: E731
-        decay = lambda count: shrink(count) - 1  # noqa: E731
+        step = lambda count: shrink(count) * value_at(learning_rate, count)
+        decay = lambda count: shrink(count) - 1
     else:
         mult = 1 / (1 + as_value(learning_rate) ** 2) ** 0.5
         step, decay = as_value(learning_rate) * mult, mult - 1

@@ -94,7 +94,9 @@ def scale_by_schedule(step_size_fn: Schedule) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
-def scale_by_learning_rate(learning_rate: ScalarOrSchedule | None = None, *, flip_sign: bool = True) -> GradientTransformation:
+def scale_by_learning_rate(
+    learning_rate: ScalarOrSchedule | None = None, *, flip_sign: bool = True
+) -> GradientTransformation:
     r"""Scales updates by the learning rate, negated by default: :math:`u \leftarrow -\eta(t)\, u`.
 
     Optimizers end with this transformation, so that :func:`apply_updates` performs descent.
@@ -117,4 +119,6 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule | None = None, *, fli
     sign = -1 if flip_sign else 1
     if is_schedule(learning_rate):
         return scale_by_schedule(lambda count: sign * learning_rate(count))
-    return scale(sign * jnp.asarray(learning_rate) if not isinstance(learning_rate, (int, float)) else sign * learning_rate)
+    return scale(
+        sign * jnp.asarray(learning_rate) if not isinstance(learning_rate, (int, float)) else sign * learning_rate
+    )

@@ -8,7 +8,7 @@ import jax
 
 from . import Entry
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
 
 
 def _mini_label(x):
@@ -17,8 +17,8 @@ def _mini_label(x):
     return "head" if size % 2 == 0 and size > 0 else ("row" if shape else "tensor")
 
 
-_MINI_LABELS = lambda p: jax.tree.map(_mini_label, p)  # noqa: E731
-_BIG = lambda p: jax.tree.map(lambda x: len(getattr(x, "shape", ())) > 1, p)  # noqa: E731
+_MINI_LABELS = lambda p: jax.tree.map(_mini_label, p)
+_BIG = lambda p: jax.tree.map(lambda x: len(getattr(x, "shape", ())) > 1, p)
 
 ENTRIES = [
     Entry("cautious", make=lambda ox: ox.cautious(ox.adamw(1e-2)), needs_params=True, oracle=False, inject=False),

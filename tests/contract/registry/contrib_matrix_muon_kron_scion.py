@@ -6,8 +6,8 @@ import jax
 
 from . import Entry
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
-_WD_SCHED = lambda c: 1e-3 * c  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
+_WD_SCHED = lambda c: 1e-3 * c
 _MATRICES_ONLY = "takes matrices only (the recipe routes the rest to AdamW)"
 
 

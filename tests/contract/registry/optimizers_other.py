@@ -15,7 +15,7 @@ def _value(params, grads, lib):
     return {"value": jnp.asarray(1.0)}
 
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
 
 ENTRIES = [
     # RMSProp family

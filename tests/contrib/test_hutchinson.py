@@ -33,8 +33,8 @@ def _run(tx, steps=10, dtype=jnp.float32):
 
 @pytest.mark.parametrize("seed", [jax.random.key(2), 5])
 def test_matches_optax_same_key_same_probes(seed):
-    # Optax 0.2.8 keeps an int seed as the state as is (and cannot split it); gradax makes it jax.random.key(seed).
-    oseed = jax.random.key(seed) if isinstance(seed, int) else seed
+    # Optax 0.2.8 keeps an int seed as the state as is (and cannot split it); gradax makes it jax.random.PRNGKey(seed).
+    oseed = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
     ug, sg = _run(gradax.contrib.hutchinson_estimator_diag_hessian(seed))
     uo, so = _run(optax.contrib.hutchinson_estimator_diag_hessian(oseed))
     assert_trees_close(ug, uo, rtol=1e-5, atol=1e-5)
@@ -83,3 +83,24 @@ def test_errors_name_each_missing_argument():
         tx.update(p, tx.init(p), p)
     with pytest.raises(ValueError, match=r"hutchinson_estimator_diag_hessian\(random_seed=...\) must be an int seed"):
         gradax.contrib.hutchinson_estimator_diag_hessian("seed")
+
+
+@pytest.mark.parametrize(
+    "seed", [None, 3, np.asarray(jax.random.PRNGKey(3)), jax.random.key(3)], ids=["none", "int", "raw", "typed"]
+)
+def test_state_key_is_stored_as_optax_stores_it(seed):
+    """An int seed or a raw key stays a raw uint32[2] key in the state (as Optax keeps it: its checkpoints load); a
+    typed key stays typed. Same dtype, shape and numbers as Optax's state, before and after a step."""
+    p = _params()
+    ours = gradax.contrib.hutchinson_estimator_diag_hessian(seed)
+    theirs = optax.contrib.hutchinson_estimator_diag_hessian(
+        jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
+    )
+    s_ours, s_theirs = ours.init(p), theirs.init(p)
+    for _ in range(2):
+        assert s_ours.key.dtype == s_theirs.key.dtype and s_ours.key.shape == s_theirs.key.shape
+        data = jax.random.key_data if jnp.issubdtype(s_ours.key.dtype, jax.dtypes.prng_key) else np.asarray
+        np.testing.assert_array_equal(data(s_ours.key), data(s_theirs.key))
+        u_ours, s_ours = ours.update(p, s_ours, p, obj_fn=f)
+        u_theirs, s_theirs = theirs.update(p, s_theirs, p, obj_fn=f)
+        assert_trees_close(u_ours, u_theirs, rtol=0, atol=0)

@@ -34,7 +34,9 @@ def hutchinson_estimator_diag_hessian(random_seed: jax.Array | int | None = None
     (``obj_fn(params) -> scalar``).
 
     Args:
-      random_seed: a PRNG key or an int seed (``jax.random.key(seed)``); ``jax.random.key(0)`` when None.
+      random_seed: a PRNG key or an int seed; ``0`` when None. The state keeps the key the way it came: a typed key
+        (``jax.random.key``) stays typed; an int seed or a raw ``uint32[2]`` key (``jax.random.PRNGKey``) is kept as a
+        raw key, as Optax keeps it, so Optax checkpoints load. The numbers are the same either way.
 
     Returns:
       A :class:`GradientTransformationExtraArgs` with state :class:`HutchinsonState`.
@@ -53,11 +55,13 @@ def hutchinson_estimator_diag_hessian(random_seed: jax.Array | int | None = None
       (Liu et al., 2023, https://arxiv.org/abs/2305.14342).
     """
     api = "hutchinson_estimator_diag_hessian"
-    make_key = key_maker(api, 0 if random_seed is None else random_seed, "random_seed")
+    seed = 0 if random_seed is None else random_seed
+    make_key = key_maker(api, seed, "random_seed")
+    typed = isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key)
 
     def init(params):
         del params
-        return HutchinsonState(key=make_key())
+        return HutchinsonState(key=make_key() if typed else jax.random.key_data(make_key()))
 
     def update(updates, state, params=None, obj_fn: Any = None, **extra_args):
         del updates, extra_args

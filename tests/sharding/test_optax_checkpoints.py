@@ -23,7 +23,6 @@ from ..contract.registry import entries
 from ._structure import describe, first_difference
 
 KNOWN = {
-    "contrib.sophia": "the PRNG key in the state is a typed key (jax.random.key), where Optax keeps a raw uint32[2]",
     "monitor[custom]": "measurements have their final structure from init (Optax's grow at the first update)",
     "measure_with_ema[custom]": "measurements have their final structure from init (Optax's grow at the first update)",
     "polyak_sgd": "the chain of its two stateless parts is flat ((EmptyState, EmptyState)); Optax nests it in one "

@@ -3,11 +3,12 @@ statistics, not on their rounding. ``G G^T`` of an ``m x n`` gradient with ``m >
 null space, for which ``eigh`` and a plain QR of ``L Q`` return bases picked by rounding alone; Adam's element-wise
 step in the basis then changed by O(1) between a sharded and an unsharded run (see docs/differences.md)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from gradax import contrib
-from gradax.contrib._soap import _eigenbasis, _power_qr, _power_qr_retry
+from gradax.contrib._soap import _eigenbasis, _power_qr
 
 
 def _gram(rng, m, n):
@@ -38,12 +39,8 @@ def test_eigenbasis_of_a_null_space_does_not_depend_on_rounding():
 
 
 def _refresh(s, q):
-    """The refresh as scale_by_soap takes it: one QR, and a second where L Q had columns adding no direction."""
-    (first,), (bad,) = _power_qr((jnp.asarray(s),), (q,))
-    if not np.any(np.asarray(bad)):
-        return np.asarray(first), np.asarray(bad)
-    (again,) = _power_qr_retry((jnp.asarray(s),), (q,), (bad,))
-    return np.asarray(again), np.asarray(bad)
+    (out,) = _power_qr((jnp.asarray(s),), (q,))
+    return np.asarray(out)
 
 
 def test_power_iteration_refresh_does_not_depend_on_rounding():
@@ -51,9 +48,7 @@ def test_power_iteration_refresh_does_not_depend_on_rounding():
     s1 = _gram(rng, 8, 3)
     q = _eigenbasis(jnp.asarray(s1))
     s = 0.9 * s1 + _gram(rng, 8, 2)  # rank 5: L Q has three columns that add no direction
-    a, bad = _refresh(s, q)
-    b, _ = _refresh(_jitter(s, rng), q)
-    assert bad.sum() == 3
+    a, b = _refresh(s, q), _refresh(_jitter(s, rng), q)
     np.testing.assert_allclose(a, b, atol=1e-4)
     np.testing.assert_allclose(a.T @ a, np.eye(8), atol=1e-5)
 
@@ -62,8 +57,7 @@ def test_full_rank_refresh_is_the_plain_sorted_qr():
     rng = np.random.default_rng(2)
     s = _gram(rng, 6, 12)
     q = _eigenbasis(jnp.asarray(_gram(rng, 6, 12)))
-    got, bad = _refresh(s, q)
-    assert not bad.any()  # full rank: no second QR
+    got = _refresh(s, q)
     lq = s @ np.asarray(q)
     order = np.argsort(-np.sum(np.asarray(q) * lq, axis=0), kind="stable")
     want = np.linalg.qr(lq[:, order])[0][:, np.argsort(order)]
@@ -74,12 +68,13 @@ def test_soap_updates_follow_the_gradients_not_their_rounding():
     rng = np.random.default_rng(3)
     grads = [rng.normal(size=(8, 3)).astype(np.float32) for _ in range(6)]
     tx = contrib.scale_by_soap(precondition_frequency=2)
+    update = jax.jit(tx.update)
 
     def run(gs):
         state = tx.init(jnp.zeros((8, 3)))
         out = []
         for g in gs:
-            u, state = tx.update(jnp.asarray(g), state)
+            u, state = update(jnp.asarray(g), state)
             out.append(np.asarray(u))
         return out
 

@@ -26,7 +26,7 @@ from ..contract.registry import Entry, entries
 # differently once the matrices are partitioned: up to 1.8e-4 on params of size ~1, checked to 1e-3.
 # SOAP's eigenbases are fixed where the statistics leave them free (null spaces, signs: see _soap._eigenbasis), so
 # the sharded run follows the unsharded one to float32 rounding amplified by the preconditioner: 3.8e-5 at most here
-# (on unit-size updates of scale_by_soap), 8e-5 over 25 steps with 12 refreshes; checked to 1e-4.
+# (on unit-size updates of scale_by_soap), ~1e-4 over 25 steps with 12 refreshes; checked to 1e-4.
 LOOSE = {"contrib.scale_by_shampoo": 1e-3, "contrib.shampoo": 1e-3, "contrib.scale_by_soap": 1e-4, "contrib.soap": 1e-4}
 
 

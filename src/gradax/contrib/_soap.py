@@ -50,23 +50,6 @@ def _canonical_signs(q: jax.Array) -> jax.Array:
     return q * jnp.where(w @ q < 0, -1.0, 1.0).astype(q.dtype)
 
 
-def _complete(q: jax.Array, bad: jax.Array) -> jax.Array:
-    """``q`` with its ``bad`` columns replaced by a canonical orthonormal basis of the complement of the others.
-
-    The basis is the eigenvectors of ``P D P`` (``P`` the projector on the complement, ``D = diag((i + 1)^2)``) of
-    nonzero eigenvalue, a continuous function of the complement itself, given to the bad columns in index order.
-    """
-    d = q.shape[-1]
-    good = q * (~bad).astype(q.dtype)
-    perp = jnp.eye(d, dtype=q.dtype) - jnp.matmul(good, good.T, precision=_HIGHEST)
-    weights = jnp.square(jnp.arange(1, d + 1, dtype=q.dtype))
-    _, z = jnp.linalg.eigh(jnp.matmul(perp * weights, perp, precision=_HIGHEST), symmetrize_input=True)
-    # the compression's k nonzero eigenvalues (>= 1) are its last k
-    k = jnp.sum(bad)
-    pick = jnp.clip(d - k + jnp.cumsum(bad) - 1, 0, d - 1)
-    return jnp.where(bad, jnp.take(z, pick, axis=1), q)
-
-
 def _eigenbasis(s: jax.Array) -> jax.Array:
     """The eigenvectors of a symmetric ``s``, by decreasing eigenvalue; the null space gets a canonical basis.
 
@@ -74,14 +57,34 @@ def _eigenbasis(s: jax.Array) -> jax.Array:
     ``(m - n)``-dimensional null space), and ``eigh`` returns for it an orthonormal basis that rounding alone picks:
     the last bit of ``s`` (another device partitioning, another backend) rotates it arbitrarily, and Adam's
     element-wise step in the rotated basis changes by O(1). Every basis of the null space is an eigenbasis; this one
-    (:func:`_complete`) depends on the null space only.
+    is the eigenvectors of ``P D P`` (``P`` the projector on the null space, ``D = diag((i + 1)^2)``) of nonzero
+    eigenvalue, a continuous function of the null space itself. Both decompositions are one loop over one ``eigh``,
+    which stops after the first where ``s`` has full rank.
     """
-    w, q = jnp.linalg.eigh(s, symmetrize_input=True)
     d = s.shape[-1]
     if d == 0:
-        return q
-    null = w <= _null_tolerance(jnp.max(jnp.abs(w)), d, s.dtype)
-    return _canonical_signs(_complete(q, null)[:, ::-1])
+        return jnp.linalg.eigh(s)[1]
+    weights = jnp.square(jnp.arange(1, d + 1, dtype=s.dtype))
+
+    def body(carry):
+        x, q, null, passes = carry
+        w, v = jnp.linalg.eigh(x, symmetrize_input=True)  # ascending: the null space first, P D P's range last
+        found = w <= _null_tolerance(jnp.max(jnp.abs(w)), d, s.dtype)
+        # second pass: P D P's k eigenvectors of nonzero eigenvalue (>= 1, its last k) go to the k null columns (the
+        # first k: eigenvalues ascend), in index order
+        first = passes == 0
+        q = jnp.where(first, v, jnp.where(null, jnp.roll(v, jnp.sum(null), axis=1), q))
+        null = jnp.where(first, found, null)
+        vn = v * found.astype(v.dtype)
+        proj = jnp.matmul(vn, vn.T, precision=_HIGHEST)
+        return jnp.matmul(proj * weights, proj, precision=_HIGHEST), q, null, passes + 1
+
+    def again(carry):
+        return (carry[3] == 0) | ((carry[3] == 1) & jnp.any(carry[2]))
+
+    init = (s, jnp.zeros_like(s), jnp.zeros(d, bool), jnp.int32(0))
+    q = jax.lax.while_loop(again, body, init)[1]
+    return _canonical_signs(q[:, ::-1])
 
 
 def _power_qr(stats: tuple, bases: tuple) -> tuple:
@@ -106,26 +109,24 @@ def _power_qr(stats: tuple, bases: tuple) -> tuple:
             continue
         d = q.shape[-1]
         lq = jnp.matmul(s, q, precision=_HIGHEST)
-        rank = jnp.argsort(jnp.argsort(-jnp.sum(q * lq, axis=0), stable=True))  # each column's place in that order
+        est = jnp.sum(q * lq, axis=0)
 
-        def body(carry, lq=lq, q=q, rank=rank, d=d, dtype=s.dtype):
-            _, bad, passes = carry
-            order = jnp.argsort(jnp.where(bad, d + jnp.arange(d), rank))
+        def body(carry, lq=lq, q=q, est=est, d=d, dtype=s.dtype):
+            _, bad, passes, _ = carry
+            # by decreasing estimate; the columns that added no direction last, in index order
+            key = jnp.where(bad, -jnp.inf, est)
+            order = jnp.lexsort((jnp.arange(d), -key))
             qq, r = jnp.linalg.qr(jnp.where(bad, q, lq)[:, order])
             diag = jnp.abs(jnp.diagonal(r))
-            back = jnp.argsort(order)
-            return qq[:, back], bad | (diag <= _null_tolerance(jnp.max(diag), d, dtype))[back], passes + 1
+            back = jnp.zeros(d, order.dtype).at[order].set(jnp.arange(d, dtype=order.dtype))
+            return qq[:, back], bad | (diag <= _null_tolerance(jnp.max(diag), d, dtype))[back], passes + 1, bad
 
         def again(carry):
-            _, bad, passes = carry
-            return (passes == 0) | ((passes < 3) & jnp.any(bad & ~carry[3]))
+            _, bad, passes, before = carry
+            return (passes == 0) | ((passes < 3) & jnp.any(bad & ~before))
 
-        def step(carry, body=body):
-            new = body(carry[:3])
-            return (*new, carry[1])
-
-        init = (q, jnp.zeros(d, bool), jnp.int32(0), jnp.zeros(d, bool))
-        qq = jax.lax.while_loop(again, step, init)[0]
+        no = jnp.zeros(d, bool)
+        qq = jax.lax.while_loop(again, body, (q, no, jnp.int32(0), no))[0]
         out.append(_canonical_signs(qq))
     return tuple(out)
 

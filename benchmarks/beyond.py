@@ -48,7 +48,7 @@ class Spec:
     """One optimizer: how each library builds it, and the issue's step-time target against AdamW."""
 
     name: str
-    make: Callable[[Any], Any]  # (gradax) -> GradientTransformation
+    make: Callable[[Any, dict], Any]  # (gradax, tree config) -> GradientTransformation
     reference: str  # the torch reference, as a user would import it
     torch_opt: Callable[[list[tuple[str, Any]], dict], Any] | None  # (named params, tree config) -> torch optimizer
     adamw_target: float  # gradax step / gradax AdamW step, at most
@@ -124,7 +124,7 @@ def specs() -> list[Spec]:
     return [
         Spec(
             "soap",
-            lambda o: o.contrib.soap(3e-3, precondition_frequency=REFRESH),
+            lambda o, cfg: o.contrib.soap(3e-3, precondition_frequency=REFRESH),
             "pytorch_optimizer.SOAP",
             _plain("SOAP", lr=3e-3, precondition_frequency=REFRESH),
             3.0,
@@ -132,7 +132,7 @@ def specs() -> list[Spec]:
         ),
         Spec(
             "shampoo",
-            lambda o: o.contrib.shampoo(
+            lambda o, cfg: o.contrib.shampoo(
                 1e-3,
                 block_size=256,
                 start_preconditioning_step=REFRESH,
@@ -144,53 +144,52 @@ def specs() -> list[Spec]:
             3.0,
             REFRESH,
         ),
-        Spec("kron", lambda o: o.contrib.kron(3e-4, key=0), "kron_torch.Kron", _kron_ref, 2.0),
+        Spec("kron", lambda o, cfg: o.contrib.kron(3e-4, key=0), "kron_torch.Kron", _kron_ref, 2.0),
         Spec(
             "muon",
-            lambda o: o.contrib.muon(0.02),
+            lambda o, cfg: o.contrib.muon(0.02),
             "pytorch_optimizer.Muon",
             lambda n, cfg: _po().Muon(_muon_groups(n), lr=0.02),
             2.0,
         ),
         Spec(
             "normuon",
-            lambda o: o.contrib.normuon(0.02),
+            lambda o, cfg: o.contrib.normuon(0.02),
             "pytorch_optimizer.NorMuon",
             lambda n, cfg: _po().NorMuon(_muon_groups(n), lr=0.02),
             2.0,
         ),
         Spec(
             "adamuon",
-            lambda o: o.contrib.adamuon(0.02),
+            lambda o, cfg: o.contrib.adamuon(0.02),
             "pytorch_optimizer.AdaMuon",
             lambda n, cfg: _po().AdaMuon(_muon_groups(n), lr=0.02),
             2.0,
         ),
-        Spec("scion", lambda o: o.contrib.scion(1e-3), "pytorch_optimizer.SCION", _plain("SCION", lr=1e-3), 2.0),
+        Spec("scion", lambda o, cfg: o.contrib.scion(1e-3), "pytorch_optimizer.SCION", _plain("SCION", lr=1e-3), 2.0),
         Spec(
             "cautious_adamw",
-            lambda o: o.cautious(o.adamw(1e-3, weight_decay=1e-4)),
+            lambda o, cfg: o.cautious(o.adamw(1e-3, weight_decay=1e-4)),
             "heavyball.AdamW(caution=True)",
             _cautious_ref,
             1.25,
         ),
-        Spec("mars", lambda o: o.contrib.mars(3e-3), "pytorch_optimizer.MARS", _plain("MARS", lr=3e-3), 1.25),
+        Spec("mars", lambda o, cfg: o.contrib.mars(3e-3), "pytorch_optimizer.MARS", _plain("MARS", lr=3e-3), 1.25),
         Spec(
             "adam_mini",
-            lambda o: o.contrib.adam_mini(1e-3, n_heads=_HEADS[0]),
+            lambda o, cfg: o.contrib.adam_mini(1e-3, n_heads=cfg["heads"]),
             "adam_mini.Adam_mini",
             _adam_mini_ref,
             1.25,
         ),
-        Spec("laprop", lambda o: o.contrib.laprop(4e-4), "pytorch_optimizer.LaProp", _plain("LaProp", lr=4e-4), 1.25),
-        Spec("grams", lambda o: o.contrib.grams(1e-3), "pytorch_optimizer.Grams", _plain("Grams", lr=1e-3), 1.25),
-        Spec("spam", lambda o: o.contrib.spam(1e-3), "pytorch_optimizer.SPAM", _plain("SPAM", lr=1e-3), 1.25),
-        Spec("apollo", lambda o: o.contrib.apollo(1e-2, key=0), "pytorch_optimizer.APOLLO", _apollo_ref, 1.25),
-        Spec("came", lambda o: o.contrib.came(2e-4), "came_pytorch.CAME", _came_ref, 1.25),
+        Spec(
+            "laprop", lambda o, cfg: o.contrib.laprop(4e-4), "pytorch_optimizer.LaProp", _plain("LaProp", lr=4e-4), 1.25
+        ),
+        Spec("grams", lambda o, cfg: o.contrib.grams(1e-3), "pytorch_optimizer.Grams", _plain("Grams", lr=1e-3), 1.25),
+        Spec("spam", lambda o, cfg: o.contrib.spam(1e-3), "pytorch_optimizer.SPAM", _plain("SPAM", lr=1e-3), 1.25),
+        Spec("apollo", lambda o, cfg: o.contrib.apollo(1e-2, key=0), "pytorch_optimizer.APOLLO", _apollo_ref, 1.25),
+        Spec("came", lambda o, cfg: o.contrib.came(2e-4), "came_pytorch.CAME", _came_ref, 1.25),
     ]
-
-
-_HEADS = [12]  # attention heads of the tree being run (GPT-2 small: 12; the quick tree: 2)
 
 
 def _torch_step(spec: Spec, params_np: dict, grads_np: dict, cfg: dict) -> tuple[Callable[[], None] | None, str]:
@@ -213,7 +212,7 @@ def _state_bytes(run: Any) -> int:
 
 def measure(spec: Spec, adamw: Any, params_np: dict, grads_np: dict, cfg: dict, repeats: int, steps: int) -> dict:
     """One optimizer: compile, warm up, then ``repeats`` rounds of (AdamW, gradax, torch), ``steps`` steps each."""
-    wl = Workload(spec.name, {}, spec.make)
+    wl = Workload(spec.name, {}, lambda o: spec.make(o, cfg))
     run = prepare_jax(wl, gradax, params_np, grads_np)
     tstep, why = _torch_step(spec, params_np, grads_np, cfg)
     n = max(spec.interval, steps - steps % spec.interval)
@@ -287,8 +286,7 @@ def main(argv: list[str] | None = None) -> dict:
     size = "tiny" if args.quick else args.size
     repeats, steps = (1, REFRESH) if args.quick else (args.repeats, args.steps)
     vocab, n_ctx, width, layers = SIZES[size]["gpt"]
-    _HEADS[0] = max(1, width // 64) if width >= 64 else 2
-    cfg = {"width": width, "heads": _HEADS[0]}
+    cfg = {"width": width, "heads": width // 64 if width >= 64 else 2}  # GPT-2: 64-wide heads
     threads = os.cpu_count() or 1
     if torch is not None:
         torch.set_num_threads(threads)
@@ -304,7 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
     time_jax(adamw, 2)
     result: dict[str, Any] = {
         "size": size,
-        "shape": {"vocab": vocab, "n_ctx": n_ctx, "width": width, "layers": layers, "heads": _HEADS[0]},
+        "shape": {"vocab": vocab, "n_ctx": n_ctx, "width": width, "layers": layers, "heads": cfg["heads"]},
         "params": n_params(shapes),
         "repeats": repeats,
         "threads": {"cpu_count": threads, "torch": torch.get_num_threads() if torch is not None else None},

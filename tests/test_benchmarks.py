@@ -130,7 +130,7 @@ def test_beyond_every_optimizer_builds_in_gradax_and_its_reference():
     params = trees.make_tree(shapes, np.float32, 0)
     assert len(beyond.specs()) == 15
     for spec in beyond.specs():
-        state = jax.eval_shape(spec.make(gradax).init, params)
+        state = jax.eval_shape(spec.make(gradax, {"width": 16, "heads": 2}).init, params)
         assert jax.tree.leaves(state), spec.name
         if torch is not None:
             step, why = beyond._torch_step(spec, params, params, {"width": 16, "heads": 2})

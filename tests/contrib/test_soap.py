@@ -148,7 +148,7 @@ def test_shape_policy_and_bounded_state():
         "conv": contrib.MuonDimensionNumbers((0, 1, 2), 3),
         "bias": None,
     }
-    shapes = lambda t: jax.tree.map(lambda x: x.shape, t)  # noqa: E731
+    shapes = lambda t: jax.tree.map(lambda x: x.shape, t)
     s = jax.eval_shape(contrib.scale_by_soap(weight_dimension_numbers=dims).init, params)
     assert shapes(s.stats) == {
         # the 50,000-row side is longer than max_precond_dim: no factor there, never a 50,000^2 matrix

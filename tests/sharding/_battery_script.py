@@ -107,7 +107,7 @@ def main():
             if reason is not None:
                 failures[eid] = reason
             checked += 1
-        except Exception as err:  # noqa: BLE001 - reported collectively
+        except Exception as err:
             failures[eid] = f"{type(err).__name__}: {str(err)[:300]}"
     # the check must fail for an optimizer whose state it cannot place: a moment kept outside any params-shaped tree
     canary = Entry(

@@ -3,8 +3,8 @@ checked against their torch references in tests/contrib/test_soap.py and tests/c
 
 from . import Entry
 
-_SCHED = lambda c: 1e-2 / (1.0 + c)  # noqa: E731
-_WD_SCHED = lambda c: 1e-3 * c  # noqa: E731
+_SCHED = lambda c: 1e-2 / (1.0 + c)
+_WD_SCHED = lambda c: 1e-3 * c
 
 ENTRIES = [
     Entry("contrib.soap", {"learning_rate": 1e-2}, needs_params=True, oracle=False),

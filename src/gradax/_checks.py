@@ -179,7 +179,8 @@ def find_divergence(expected: Any, got: Any, prefix_ok: bool = False) -> tuple[t
         e_keys = [k for k, _ in e_kids]
         g_keys = [k for k, _ in g_kids]
         if e_keys != g_keys:
-            return path, f"expected {_describe(e)}, found {_describe(g)}"
+            words = " (Dict key mismatch)" if isinstance(e, dict) and isinstance(g, dict) else ""  # JAX's words
+            return path, f"expected {_describe(e)}, found {_describe(g)}{words}"
         for (k, ec), (_, gc) in zip(e_kids, g_kids):
             found = walk(ec, gc, path + (k,))
             if found is not None:

@@ -69,9 +69,15 @@ def test_mask_mismatch_names_key_path():
     with pytest.raises(
         ValueError,
         match=r"masked\(mask=\.\.\.\) must have the params tree or a prefix of it; at "
-        r"\['b'\]: expected a dict with children \[\['c'\], \['d'\]\], found a dict with children \[\['c'\]\]",
+        r"\['b'\]: expected a dict with children \[\['c'\], \['d'\]\], found a dict with children \[\['c'\]\] "
+        r"\(Dict key mismatch\)",
     ):
         gradax.masked(gradax.sgd(0.1), {"a": True, "b": {"c": True}}).init(PARAMS)
+    # Optax's words for dicts with other keys (its users match on them), in every mask-taking wrapper
+    with pytest.raises(ValueError, match="Dict key mismatch"):
+        gradax.freeze({"a": True}).init(PARAMS)
+    with pytest.raises(ValueError, match="Dict key mismatch"):
+        gradax.selective_transform(gradax.sgd(0.1), freeze_mask={"a": True}).init(PARAMS)
 
 
 def test_mask_wrong_leaf_type():

@@ -6,12 +6,16 @@ Conventions shared by every schedule here:
     ``schedule(0)``.
   * Transitions are closed on the left: a transition of ``transition_steps`` steps that begins at step ``b`` gives
     the initial value at ``b`` and reaches the end value at ``b + transition_steps``, and keeps it afterwards.
-  * Invalid arguments raise ``ValueError`` at construction (see ``docs/differences.md``, "Schedules", for where
-    this differs from Optax 0.2.8, which logs and falls back).
+  * A length ``transition_steps <= 0`` gives the constant ``init_value`` and a negative ``transition_begin`` counts
+    as 0, as in Optax 0.2.8 (both logged at INFO level on the ``gradax.schedules`` logger): a negative length can
+    come from arithmetic such as ``total_steps - warmup_steps`` in a short run.
+  * Other invalid arguments raise ``ValueError`` at construction (see ``docs/differences.md``, "Schedules", for
+    where this differs from Optax 0.2.8).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,6 +37,31 @@ def _concrete_number(x) -> float | None:
         return None
 
 
+_log = logging.getLogger("gradax.schedules")
+
+
+def _is_empty_transition(kind: str, transition_steps) -> bool:
+    """True (and logged, as Optax 0.2.8 does) when a concrete ``transition_steps`` is ``<= 0``."""
+    steps = _concrete_number(transition_steps)
+    if steps is None or steps > 0:
+        return False
+    _log.info(
+        "%s schedule with a non-positive `transition_steps` (%s): the schedule is the constant `init_value`.",
+        kind,
+        transition_steps,
+    )
+    return True
+
+
+def _begin_or_zero(kind: str, transition_begin):
+    """``transition_begin``, or 0 (logged, as Optax 0.2.8 does) when it is a concrete negative number."""
+    begin = _concrete_number(transition_begin)
+    if begin is None or begin >= 0:
+        return transition_begin
+    _log.info("%s schedule with a negative `transition_begin` (%s): it counts as 0.", kind, transition_begin)
+    return 0
+
+
 def constant_schedule(value: ArrayLike) -> Schedule:
     """A schedule that returns ``value`` at every step.
 
@@ -45,13 +74,10 @@ def constant_schedule(value: ArrayLike) -> Schedule:
     return lambda count: value
 
 
-def _polynomial(api, init_value, end_value, power, transition_steps, transition_begin) -> Schedule:
-    check_non_negative(
-        api, "transition_steps", transition_steps, fix="Pass 0 for a constant init_value, or a positive number of steps"
-    )
-    check_non_negative(api, "transition_begin", transition_begin)
-    if transition_steps == 0:
+def _polynomial(init_value, end_value, power, transition_steps, transition_begin) -> Schedule:
+    if _is_empty_transition("A polynomial", transition_steps):
         return lambda count: init_value
+    transition_begin = _begin_or_zero("A polynomial", transition_begin)
 
     def schedule(count):
         done = jnp.clip(count - transition_begin, 0, transition_steps)
@@ -82,8 +108,9 @@ def polynomial_schedule(
       init_value: :math:`v_0`, the value at step 0.
       end_value: :math:`v_1`, the value from step ``transition_begin + transition_steps`` on.
       power: the exponent :math:`p \ge 0` (1 is linear).
-      transition_steps: :math:`T \ge 0`; 0 gives the constant schedule ``init_value`` (Optax's documented rule).
-      transition_begin: :math:`b \ge 0`, the number of steps at ``init_value`` before the transition.
+      transition_steps: :math:`T`; :math:`T \le 0` gives the constant schedule ``init_value`` (as in Optax).
+      transition_begin: :math:`b`, the number of steps at ``init_value`` before the transition; negative counts
+        as 0 (as in Optax).
 
     Example:
       >>> import gradax
@@ -92,7 +119,7 @@ def polynomial_schedule(
       [1.0, 0.5625, 0.25, 0.0625, 0.0, 0.0]
     """
     check_non_negative("polynomial_schedule", "power", power, fix="A negative power is infinite at the end value")
-    return _polynomial("polynomial_schedule", init_value, end_value, power, transition_steps, transition_begin)
+    return _polynomial(init_value, end_value, power, transition_steps, transition_begin)
 
 
 def linear_schedule(
@@ -112,8 +139,8 @@ def linear_schedule(
     Args:
       init_value: the value at step 0.
       end_value: the value reached at step ``transition_begin + transition_steps``.
-      transition_steps: :math:`T \ge 0`, the length of the transition.
-      transition_begin: :math:`b \ge 0`, the number of steps at ``init_value`` first.
+      transition_steps: :math:`T`, the length of the transition; :math:`T \le 0` gives the constant ``init_value``.
+      transition_begin: :math:`b`, the number of steps at ``init_value`` first; negative counts as 0.
 
     Example:
       >>> import gradax
@@ -121,7 +148,7 @@ def linear_schedule(
       >>> [float(schedule(t)) for t in range(7)]
       [1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
     """
-    return _polynomial("linear_schedule", init_value, end_value, 1, transition_steps, transition_begin)
+    return _polynomial(init_value, end_value, 1, transition_steps, transition_begin)
 
 
 def _check_scales(api: str, boundaries_and_scales) -> None:
@@ -186,10 +213,10 @@ def exponential_decay(
 
     Args:
       init_value: :math:`v_0`, the value up to and at step ``transition_begin``.
-      transition_steps: :math:`T \ge 0`, the number of steps per factor ``decay_rate``; 0 gives the constant
+      transition_steps: :math:`T`, the number of steps per factor ``decay_rate``; :math:`T \le 0` gives the constant
         ``init_value`` (Optax's documented rule).
       decay_rate: :math:`r \ge 0`; 0 gives the constant ``init_value`` (as in Optax).
-      transition_begin: :math:`b \ge 0`.
+      transition_begin: :math:`b`; negative counts as 0 (as in Optax).
       staircase: decay in discrete jumps.
       end_value: an optional bound on the value.
 
@@ -199,14 +226,12 @@ def exponential_decay(
       >>> [round(float(schedule(t)), 4) for t in range(5)]
       [1.0, 0.7071, 0.5, 0.3536, 0.25]
     """
-    api = "exponential_decay"
-    check_non_negative(
-        api, "transition_steps", transition_steps, fix="Pass 0 for a constant init_value, or a positive number of steps"
-    )
-    check_non_negative(api, "decay_rate", decay_rate)
-    check_non_negative(api, "transition_begin", transition_begin)
-    if transition_steps == 0 or _concrete_number(decay_rate) == 0:
+    if _is_empty_transition("An exponential", transition_steps):
         return lambda count: init_value
+    check_non_negative("exponential_decay", "decay_rate", decay_rate)
+    if _concrete_number(decay_rate) == 0:
+        return lambda count: init_value
+    transition_begin = _begin_or_zero("An exponential", transition_begin)
     clip_fn = None
     if end_value is not None:
         clip_fn = jnp.maximum if decay_rate < 1.0 else jnp.minimum
@@ -424,7 +449,7 @@ def cosine_onecycle_schedule(
 def warmup_constant_schedule(init_value: ArrayLike, peak_value: ArrayLike, warmup_steps: int) -> Schedule:
     """Linear warmup from ``init_value`` (step 0) to ``peak_value`` (step ``warmup_steps``), then constant.
 
-    ``warmup_steps=0`` gives the constant ``init_value`` (Optax's rule, kept for compatibility).
+    ``warmup_steps <= 0`` gives the constant ``init_value`` (Optax's rule, kept for compatibility).
 
     Example:
       >>> import gradax
@@ -432,7 +457,7 @@ def warmup_constant_schedule(init_value: ArrayLike, peak_value: ArrayLike, warmu
       >>> [float(schedule(t)) for t in range(4)]
       [0.0, 0.5, 1.0, 1.0]
     """
-    return _polynomial("warmup_constant_schedule", init_value, peak_value, 1, warmup_steps, 0)
+    return _polynomial(init_value, peak_value, 1, warmup_steps, 0)
 
 
 def warmup_cosine_decay_schedule(
@@ -451,7 +476,8 @@ def warmup_cosine_decay_schedule(
     Args:
       init_value: the value at step 0.
       peak_value: the value at the end of the warmup.
-      warmup_steps: ``>= 0``; with 0 the schedule starts at ``peak_value``.
+      warmup_steps: with 0 the schedule starts at ``peak_value``; a negative value moves the start of the cosine
+        decay before step 0 (as in Optax).
       decay_steps: ``> warmup_steps``: the step at which ``end_value`` is reached.
       end_value: the final value.
       exponent: ``>= 0``, applied to the cosine factor.
@@ -463,7 +489,6 @@ def warmup_cosine_decay_schedule(
       [0.0, 0.5, 1.0, 0.8536, 0.5, 0.1464, 0.0, 0.0]
     """
     api = "warmup_cosine_decay_schedule"
-    check_non_negative(api, "warmup_steps", warmup_steps)
     if _concrete_number(decay_steps) is not None and _concrete_number(warmup_steps) is not None:
         if not decay_steps > warmup_steps:
             raise argument_error(
@@ -477,7 +502,7 @@ def warmup_cosine_decay_schedule(
     alpha = 0.0 if peak_value == 0.0 else end_value / peak_value
     return join_schedules(
         [
-            _polynomial(api, init_value, peak_value, 1, warmup_steps, 0),
+            _polynomial(init_value, peak_value, 1, warmup_steps, 0),
             _cosine(peak_value, decay_steps - warmup_steps, alpha, exponent),
         ],
         [warmup_steps],
@@ -505,11 +530,9 @@ def warmup_exponential_decay_schedule(
       >>> [float(schedule(t)) for t in range(5)]
       [0.0, 0.5, 1.0, 0.5, 0.25]
     """
-    api = "warmup_exponential_decay_schedule"
-    check_non_negative(api, "warmup_steps", warmup_steps)
     return join_schedules(
         [
-            _polynomial(api, init_value, peak_value, 1, warmup_steps, 0),
+            _polynomial(init_value, peak_value, 1, warmup_steps, 0),
             exponential_decay(peak_value, transition_steps, decay_rate, transition_begin, staircase, end_value),
         ],
         [warmup_steps],

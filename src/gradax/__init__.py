@@ -38,6 +38,7 @@ from ._base import set_to_zero as set_to_zero
 from ._base import stateless as stateless
 from ._base import stateless_with_tree_map as stateless_with_tree_map
 from ._base import with_extra_args_support as with_extra_args_support
+from ._dtype_policy import state_dtype_policy as state_dtype_policy
 from ._linear_algebra import matrix_inverse_pth_root as matrix_inverse_pth_root
 from ._linear_algebra import multi_normal as multi_normal
 from ._linear_algebra import nnls as nnls

@@ -5,9 +5,10 @@ Dtype rules (one place):
     computed in float32 and cast back); float64 and complex leaves keep their precision; integer and boolean leaves
     (a Python int among the params) are computed in float32 (float64 under x64).
   * ``state_dtype(dtype, requested)``: a moment or accumulator kept in the state takes ``requested`` when given;
-    otherwise float32 for bfloat16/float16 leaves (their moments would lose the signal), float32 (float64 under
-    x64) for integer leaves (an integer moment would truncate to zero; Optax keeps it int32), and the leaf's dtype
-    for the rest.
+    otherwise, under the default ``gradax.state_dtype_policy("gradax")``, float32 for bfloat16/float16 leaves
+    (their moments would lose the signal), float32 (float64 under x64) for integer leaves (an integer moment would
+    truncate to zero; Optax keeps it int32), and the leaf's dtype for the rest; under ``"optax"``, the leaf's
+    dtype (Optax's rule).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
+
+from ._dtype_policy import current_state_dtype_policy
 
 _LOW_PRECISION = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
@@ -37,6 +40,8 @@ def state_dtype(dtype, requested=None) -> jnp.dtype:
     """The dtype of a state array (moment, accumulator) for a leaf of ``dtype``; ``requested`` wins when given."""
     if requested is not None:
         return jnp.dtype(requested)
+    if current_state_dtype_policy() == "optax":
+        return jnp.dtype(dtype)
     return compute_dtype(dtype)
 
 

@@ -68,6 +68,34 @@ def test_state_tree_matches_optax_for_every_entry(dtype):
     assert known_differ == set(KNOWN), f"listed as different but equal now: {set(KNOWN) - known_differ}"
 
 
+def test_optax_dtype_policy_gives_optax_state_dtypes_for_every_entry():
+    """Under ``gradax.state_dtype_policy("optax")`` the state of bfloat16 params has Optax's dtypes exactly (no
+    float32 allowance), and one update keeps every dtype of the state (so the state can be a scan carry)."""
+    params = simple_tree(jnp.bfloat16)
+    grads = jax.tree.map(lambda p: (0.5 * p + 0.1).astype(p.dtype), params)
+    differ, known_differ = {}, set()
+    with gradax.state_dtype_policy("optax"):
+        for eid, entry in _oracle_entries():
+            if "bfloat16" not in entry.dtypes:
+                continue
+            opt = entry.build(gradax)
+            ours = describe(jax.eval_shape(opt.init, params))
+            found = first_difference(ours, describe(jax.eval_shape(entry.build(optax).init, params)))
+            if found is not None and eid in KNOWN:
+                known_differ.add(eid)
+            elif found is not None:
+                differ[eid] = found
+            extra = entry.extra_args(params, grads, gradax) if entry.extra_args else {}
+            after = jax.eval_shape(lambda g, s, p: opt.update(g, s, p, **extra)[1], grads, opt.init(params), params)
+            changed = first_difference(describe(after), ours)
+            if changed is not None:
+                differ[f"{eid} (update changes the state)"] = changed
+    assert not differ, "state trees that differ (path, gradax, optax / after update, at init):\n" + "\n".join(
+        f"  {k}: {v}" for k, v in differ.items()
+    )
+    assert known_differ == set(KNOWN)
+
+
 OPTIMIZERS = {
     "clip+adamw": lambda ox: ox.chain(ox.clip_by_global_norm(1.0), ox.adamw(1e-2, weight_decay=1e-2)),
     "inject(adamw)": lambda ox: ox.inject_hyperparams(ox.adamw)(learning_rate=ox.linear_schedule(1e-2, 1e-3, 6)),

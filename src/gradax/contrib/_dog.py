@@ -125,7 +125,7 @@ def scale_by_dog(
         start = at_first_step(first, params, state.init_params)
         prev_max = jax.lax.cond(first, lambda: r_eps(params, dtype).astype(dtype), lambda: state.max_dist)
         max_dist = jnp.maximum(prev_max, jnp.sqrt(_sq_dist(params, start, dtype)))
-        sum_sq = state.sum_sq_norm_grads + _sq_norm(updates, dtype)
+        sum_sq = (state.sum_sq_norm_grads + _sq_norm(updates, dtype)).astype(dtype)
         lr = max_dist / jnp.sqrt(sum_sq + as_value(eps, dtype))
         if kind == "learning_rate":
             lr = jnp.where(first, as_value(value, dtype), lr)
@@ -236,7 +236,7 @@ def scale_by_dowg(init_estim_sq_dist: ArrayLike | None = None, eps: ArrayLike = 
         first = state.weighted_sq_norm_grads == 0
         start = at_first_step(first, params, state.init_params)
         estim = jnp.maximum(state.estim_sq_dist, _sq_dist(params, start, dtype))
-        weighted = estim * _sq_norm(updates, dtype) + state.weighted_sq_norm_grads
+        weighted = (estim * _sq_norm(updates, dtype) + state.weighted_sq_norm_grads).astype(dtype)
         lr = estim / (jnp.sqrt(weighted) + as_value(eps, dtype))
         new_state = DoWGState(init_params=start, weighted_sq_norm_grads=weighted, estim_sq_dist=estim)
         return _scale(updates, lr), new_state

@@ -8,6 +8,7 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
 from .._checks import check_decay, check_needs, check_non_negative
+from .._dtype_policy import optax_scalar_dtype
 from .._hyperparams import as_value, hyperparam_dtype, value_at
 from .._maps import map_n
 from .._numerics import compute_dtype, safe_int32_increment
@@ -46,8 +47,9 @@ def _init(state_cls, n_moments, lower_bound):
 
     def init(params):
         moments = [zeros_state_like(params) for _ in range(n_moments)]
-        lb = jnp.asarray(as_value(lower_bound), hyperparam_dtype())
-        zero = lambda: jnp.zeros([], hyperparam_dtype())
+        dtype = optax_scalar_dtype(params, "lowest", hyperparam_dtype())  # float32 unless the policy is Optax's
+        lb = jnp.asarray(as_value(lower_bound), dtype)
+        zero = lambda: jnp.zeros([], dtype)
         return state_cls(*moments, zero(), zero(), lb, jnp.zeros([], jnp.int32))
 
     return init
@@ -94,9 +96,10 @@ def _model_step(hp, adapt, decay_pair, rho, state, value, sums, updates, directi
     lr, wd, lb0 = hp
     gx, dx, dd = sums
     b, one_b = decay_pair
-    barf = b * state.barf + one_b * jnp.asarray(value, hyperparam_dtype())
-    gamma = b * state.gamma + one_b * _tree_sum(gx)
-    tau, shrink, lb = _step_size(lr, wd, rho, barf, gamma, _tree_sum(dx), _tree_sum(dd), state.lb, adapt, lb0)
+    f = hyperparam_dtype()  # the scalars are computed in it whatever their stored dtype
+    barf = b * state.barf.astype(f) + one_b * jnp.asarray(value, f)
+    gamma = b * state.gamma.astype(f) + one_b * _tree_sum(gx)
+    tau, shrink, lb = _step_size(lr, wd, rho, barf, gamma, _tree_sum(dx), _tree_sum(dd), state.lb.astype(f), adapt, lb0)
     decay = lr * wd
 
     def step(g, p, x):
@@ -104,7 +107,7 @@ def _model_step(hp, adapt, decay_pair, rho, state, value, sums, updates, directi
         return (-(decay * x.astype(compute_dtype(x.dtype)) + tau * p) / shrink).astype(g.dtype)
 
     out = jax.tree.map(step, updates, direction, params)
-    return out, barf, gamma, jnp.asarray(lb, state.lb.dtype)
+    return out, barf.astype(state.barf.dtype), gamma.astype(state.gamma.dtype), jnp.asarray(lb, state.lb.dtype)
 
 
 def momo(

@@ -8,6 +8,7 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformationExtraArgs, ScalarOrSchedule
 from .._checks import check_decay, check_needs, check_positive
+from .._dtype_policy import optax_scalar_dtype
 from .._hyperparams import as_value, value_at
 from .._maps import map_n
 from .._numerics import at_first_step, compute_dtype, safe_int32_increment
@@ -91,6 +92,7 @@ def prodigy(
 
     def init(params):
         d0 = as_value(estim_lr0)
+        d0 = d0.astype(optax_scalar_dtype(params, "lowest", d0.dtype))  # float32 unless the policy is Optax's
         return ProdigyState(
             exp_avg=zeros_state_like(params),
             exp_avg_sq=zeros_state_like(params),
@@ -112,7 +114,7 @@ def prodigy(
         (b1, one_b1), (b2, one_b2) = with_complement(betas[0]), with_complement(betas[1])
         b3 = as_value(sqrt_decay(betas[1]) if beta3 is None else beta3)
         d0, coef, e = as_value(estim_lr0), as_value(estim_lr_coef), as_value(eps)
-        d = state.estim_lr
+        d = state.estim_lr.astype(d0.dtype)  # computed in the hyperparameters' dtype whatever its stored dtype
         k = safe_int32_increment(count)
         dlr = d * lam * ((1 - b2**k) ** 0.5 / (1 - b1**k))
         w_s = d if safeguard_warmup else dlr
@@ -141,7 +143,7 @@ def prodigy(
             state.grad_sum,
         )
         dot = sum(jax.tree.leaves(dots), jnp.zeros([], d.dtype))
-        num = b3 * state.numerator_weighted + (d / d0) * dlr * dot
+        num = b3 * state.numerator_weighted.astype(d.dtype) + (d / d0) * dlr * dot
         s_norm = sum((jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(s)), jnp.zeros([], d.dtype))
         d_hat = coef * num / s_norm
         d_new = jnp.where(s_norm > 0, jnp.maximum(d, d_hat), d).astype(d.dtype)
@@ -159,8 +161,8 @@ def prodigy(
             exp_avg_sq=v,
             grad_sum=s,
             params0=x0,
-            estim_lr=d_new,
-            numerator_weighted=num.astype(d.dtype),
+            estim_lr=d_new.astype(state.estim_lr.dtype),
+            numerator_weighted=num.astype(state.numerator_weighted.dtype),
             count=safe_int32_increment(count),
         )
         return out, new_state

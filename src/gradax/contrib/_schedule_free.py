@@ -16,6 +16,7 @@ from .._base import (
     with_extra_args_support,
 )
 from .._checks import check_int, check_interval, check_needs, check_non_negative
+from .._dtype_policy import optax_scalar_dtype
 from .._hyperparams import as_value, hyperparam_dtype, is_schedule, value_at
 from .._numerics import compute_dtype, safe_int32_increment
 from ..optimizers._rms import scale_by_rms
@@ -110,7 +111,7 @@ def schedule_free(
     base = with_extra_args_support(base_optimizer)
 
     def init(params):
-        dtype = hyperparam_dtype()
+        dtype = optax_scalar_dtype(params, "lowest", hyperparam_dtype())  # float32 unless the policy is Optax's
         return ScheduleFreeState(
             b1=as_value(b1, dtype),
             weight_sum=jnp.zeros([], dtype),
@@ -123,12 +124,13 @@ def schedule_free(
     def update(updates, state, params=None, **extra_args):
         check_needs(api, "params", params)
         # the step about to be taken is t = step_count - 1 (step_count starts at 1)
-        lr = value_at(learning_rate, state.step_count - 1, state.max_lr.dtype)
-        max_lr = jnp.maximum(state.max_lr, lr)
-        weight = max_lr ** as_value(weight_lr_power, max_lr.dtype)
-        weight_sum = state.weight_sum + weight
+        f = hyperparam_dtype()  # the scalars are computed in it whatever their stored dtype
+        lr = value_at(learning_rate, state.step_count - 1, f)
+        max_lr = jnp.maximum(state.max_lr.astype(f), lr)
+        weight = max_lr ** as_value(weight_lr_power, f)
+        weight_sum = state.weight_sum.astype(f) + weight
         ck = weight / jnp.where(weight_sum == 0, jnp.ones_like(weight_sum), weight_sum)
-        beta = state.b1
+        beta = state.b1.astype(f)
         base_updates, base_state = base.update(updates, state.base_optimizer_state, params, **extra_args)
 
         def leaf(g, y, z, u):
@@ -147,9 +149,9 @@ def schedule_free(
         z = treedef.unflatten([p[1] for p in flat])
         new_state = ScheduleFreeState(
             b1=state.b1,
-            weight_sum=weight_sum,
+            weight_sum=weight_sum.astype(state.weight_sum.dtype),
             step_count=safe_int32_increment(state.step_count),
-            max_lr=max_lr,
+            max_lr=max_lr.astype(state.max_lr.dtype),
             base_optimizer_state=base_state,
             z=z,
         )
@@ -191,7 +193,8 @@ def schedule_free_eval_params(state: Any, params: Params) -> Params:
 
     def leaf(y, zi):
         cd = compute_dtype(jnp.result_type(y, zi))
-        return ((y.astype(cd) - (1.0 - b1) * zi.astype(cd)) / b1).astype(y.dtype)
+        b = jnp.asarray(b1).astype(jnp.result_type(cd, jnp.asarray(b1).dtype))  # a bfloat16 b1 computes in float32
+        return ((y.astype(cd) - (1.0 - b) * zi.astype(cd)) / b).astype(y.dtype)
 
     return jax.tree.map(leaf, params, z)
 

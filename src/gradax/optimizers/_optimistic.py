@@ -72,8 +72,8 @@ def scale_by_optimistic_gradient(alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0) 
 
         def leaf(g, prev):
             gc = g.astype(compute_dtype(g.dtype))
-            prev = jnp.where(state.is_initial_step, gc, prev)
-            u = (a + b) * gc - b * prev
+            last = jnp.where(state.is_initial_step, gc, prev.astype(gc.dtype))
+            u = (a + b) * gc - b * last
             return u.astype(g.dtype), gc.astype(prev.dtype)
 
         new_updates, prev = map_n(2, leaf, updates, state.previous_gradient)

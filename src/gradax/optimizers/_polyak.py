@@ -15,6 +15,7 @@ from .._base import (
     init_empty_state,
 )
 from .._checks import check_needs, check_non_negative, check_one_of, check_positive
+from .._dtype_policy import optax_scalar_dtype
 from .._hyperparams import as_value, hyperparam_dtype
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype
@@ -183,10 +184,13 @@ def scale_by_distance_over_gradients(
         x = jnp.asarray(x)
         return jnp.sqrt(jnp.sum(abs_sq(x.astype(compute_dtype(x.dtype)))))
 
+    def start_dist(value, p):
+        return value.astype(optax_scalar_dtype(p, "lowest", value.dtype))
+
     def init(params):
         r = as_value(reps_rel)
         return ScaleByDistanceOverGradientsState(
-            max_dist=jax.tree.map(lambda p: r * (1 + norm(p)), params),
+            max_dist=jax.tree.map(lambda p: start_dist(r * (1 + norm(p)), p), params),
             grad_sum_of_squares=jax.tree.map(lambda p: jnp.zeros((1,), hyperparam_dtype()), params),
             init_params=jax.tree.map(lambda p: jnp.array(p, param_dtype, copy=True), params),  # not the params buffer
         )

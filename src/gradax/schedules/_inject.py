@@ -25,7 +25,8 @@ one rule:
   is kept in ``hyperparams_states``.
 
 Hyperparameters are stored in float32 (float64 under x64) whatever the params' dtype, unless ``hyperparam_dtype`` is
-given, so bfloat16 params never round ``b2=0.999`` to 1; Python ints given to a parameter that takes numbers are
+given (or ``gradax.state_dtype_policy("optax")`` asks for Optax's default, the params' highest float dtype), so
+bfloat16 params never round ``b2=0.999`` to 1; Python ints given to a parameter that takes numbers are
 stored as floats too, and arrays with a strong dtype (a bfloat16 array included) keep theirs. Because gradax's
 optimizers convert their hyperparameters to arrays of that same dtype, the injected optimizer computes exactly what
 the plain one does.
@@ -53,6 +54,7 @@ from .._base import (
     with_extra_args_support,
 )
 from .._checks import argument_error
+from .._dtype_policy import current_state_dtype_policy, optax_scalar_dtype
 from .._fused_step import FusedGradientTransformation, flat_step_of, is_fused_factory
 from .._hyperparams import hyperparam_dtype as default_hyperparam_dtype
 from .._hyperparams import is_schedule
@@ -253,25 +255,30 @@ class _Injected:
         self.arguments = arguments
         self.requested_dtype = dtype
 
-    def dtype(self) -> Any:
+    def dtype(self, params: Any = None) -> Any:
         # read at init/update time, not at construction: jax.enable_x64 may change the default in between
-        return self.requested_dtype if self.requested_dtype is not None else default_hyperparam_dtype()
+        if self.requested_dtype is not None:
+            return self.requested_dtype
+        # Optax 0.2.8's default under gradax.state_dtype_policy("optax"): the params' highest float dtype
+        return optax_scalar_dtype(params, "highest", default_hyperparam_dtype())
 
     def build(self, hyperparams: dict[str, Any]) -> GradientTransformationExtraArgs:
         """The factory's transformation for these hyperparameter values."""
         a = self.arguments
         return with_extra_args_support(self.factory(*a.positional, **a.static, **hyperparams))
 
-    def stored(self, name: str, value: Any) -> jax.Array:
-        """``value`` of the hyperparameter ``name`` as it is kept in the state."""
+    def stored(self, name: str, value: Any, dtype: Any = None) -> jax.Array:
+        """``value`` of the hyperparameter ``name`` as it is kept in the state (in ``dtype``, default
+        :meth:`dtype`)."""
         to_float = name in self.arguments.real_numbers or name in self.arguments.schedules
-        return _as_hyperparam(value, self.dtype(), to_float)
+        return _as_hyperparam(value, self.dtype() if dtype is None else dtype, to_float)
 
     def init(self, params: Any) -> InjectStatefulHyperparamsState:
         schedules = self.arguments.schedules
-        hyperparams = {k: self.stored(k, v) for k, v in self.arguments.numeric.items()}
+        dtype = self.dtype(params)
+        hyperparams = {k: self.stored(k, v, dtype) for k, v in self.arguments.numeric.items()}
         schedule_states = {k: _init_schedule(s, params) for k, s in schedules.items()}
-        hyperparams.update({k: self.stored(k, s(schedule_states[k])) for k, s in schedules.items()})
+        hyperparams.update({k: self.stored(k, s(schedule_states[k]), dtype) for k, s in schedules.items()})
         return InjectStatefulHyperparamsState(
             count=jnp.zeros([], jnp.int32),
             hyperparams=hyperparams,
@@ -286,7 +293,12 @@ class _Injected:
         next states."""
         schedules, schedule_states = self.arguments.schedules, state.hyperparams_states
         hyperparams = {k: self.stored(k, v) for k, v in state.hyperparams.items()}
-        hyperparams.update({k: self.stored(k, s(schedule_states[k], **extra_args)) for k, s in schedules.items()})
+        optax_dtypes = self.requested_dtype is None and current_state_dtype_policy() == "optax"
+        # a schedule's value keeps the dtype init chose (Optax's params dtype under state_dtype_policy("optax"))
+        kept = {k: jnp.asarray(state.hyperparams[k]).dtype if optax_dtypes else None for k in schedules}
+        hyperparams.update(
+            {k: self.stored(k, s(schedule_states[k], **extra_args), kept[k]) for k, s in schedules.items()}
+        )
         return hyperparams, {k: s.update(schedule_states[k], **extra_args) for k, s in schedules.items()}
 
     @staticmethod

@@ -19,6 +19,7 @@ from jax.typing import ArrayLike
 
 from .._base import GradientTransformationExtraArgs, Params, Updates
 from .._checks import argument_error, check_int, check_interval, check_needs, check_non_negative, check_positive
+from .._dtype_policy import optax_scalar_dtype
 from .._numerics import compute_dtype
 from .._state import zeros_like_params
 
@@ -181,7 +182,7 @@ def scale_by_backtracking_linesearch(
     check_non_negative(api, "rtol", rtol)
 
     def init(params):
-        dt = value_dtype(params)
+        dt = optax_scalar_dtype(params, "first", value_dtype(params))  # value_dtype unless the policy is Optax's
         return ScaleByBacktrackingLinesearchState(
             learning_rate=jnp.asarray(1.0, dt),
             value=jnp.asarray(jnp.inf, dt),
@@ -195,7 +196,8 @@ def scale_by_backtracking_linesearch(
         check_needs(api, "params", params)
         value_fn = _check_needs_all(api, value, grad, value_fn)
         fn = functools.partial(value_fn, **_split_fn_kwargs(value_fn, extra_args))
-        dt = jnp.asarray(state.value).dtype  # a state edited with tree.set may hold Python scalars
+        # a state edited with tree.set may hold Python scalars; a bfloat16 state (Optax's dtypes) computes in float32
+        dt = jnp.promote_types(jnp.asarray(state.value).dtype, value_dtype(params))
         value = jnp.asarray(value).astype(dt)
         slope = _slope(grad, updates).astype(dt)
 
@@ -570,22 +572,23 @@ def scale_by_zoom_linesearch(
     )  # fmt: skip
 
     def init(params):
-        dt = value_dtype(params)
+        dt = optax_scalar_dtype(params, "first", value_dtype(params))  # value_dtype unless the policy is Optax's
         return ScaleByZoomLinesearchState(
             learning_rate=jnp.asarray(1.0, dt),
             value=jnp.asarray(jnp.inf, dt),
             grad=zeros_like_params(params),
             info=ZoomLinesearchInfo(
                 num_linesearch_steps=jnp.zeros([], jnp.int32),
-                decrease_error=jnp.asarray(jnp.inf, dt),
-                curvature_error=jnp.asarray(jnp.inf, dt),
+                decrease_error=jnp.asarray(jnp.inf, value_dtype(params)),
+                curvature_error=jnp.asarray(jnp.inf, value_dtype(params)),
             ),
         )
 
     def update(updates, state, params=None, *, value=None, grad=None, value_fn=None, **extra_args):
         check_needs(api, "params", params)
         value_fn = _check_needs_all(api, value, grad, value_fn)
-        dt = jnp.asarray(state.value).dtype  # a state edited with tree.set may hold Python scalars
+        # a state edited with tree.set may hold Python scalars; a bfloat16 state (Optax's dtypes) computes in float32
+        dt = jnp.promote_types(jnp.asarray(state.value).dtype, value_dtype(params))
         line = _line_through(value_fn, _split_fn_kwargs(value_fn, extra_args), params, updates, value, grad, dt)
         guess = jnp.ones([], dt) if initial_guess_strategy == "one" else jnp.asarray(state.learning_rate).astype(dt)
         start = _search_start(line, _cast_like(grad, params), guess)

@@ -19,6 +19,7 @@ from .._base import (
     with_extra_args_support,
 )
 from .._checks import check_callable_or_none, check_int, check_positive
+from .._dtype_policy import current_state_dtype_policy
 from .._hyperparams import is_schedule
 from .._numerics import abs_sq, safe_int32_increment
 from .._state import zeros_like_params, zeros_state_like
@@ -112,7 +113,8 @@ class MultiSteps:
       should_skip_update_fn: optional :class:`ShouldSkipUpdateFunction`; a skipped micro-step leaves the whole state
         (counters, accumulator, inner state) unchanged except ``skip_state``, and returns zero updates.
       accumulator_dtype: dtype of ``acc_grads``; default None gives float32 for bfloat16/float16 params and the
-        params' dtype otherwise (float64 params keep float64).
+        params' dtype otherwise (float64 params keep float64); float32 for all params (Optax's default) under
+        ``gradax.state_dtype_policy("optax")``.
 
     Example:
       >>> import gradax, jax.numpy as jnp
@@ -156,7 +158,10 @@ class MultiSteps:
 
     def init(self, params: Params) -> MultiStepsState:
         """The state: zero counters, the inner optimizer's state and a zero accumulator shaped like ``params``."""
-        acc = zeros_state_like(params, self._acc_dtype)
+        acc_dtype = self._acc_dtype
+        if acc_dtype is None and current_state_dtype_policy() == "optax":
+            acc_dtype = jnp.float32  # Optax 0.2.8's default accumulator_dtype
+        acc = zeros_state_like(params, acc_dtype)
         skip_state = ()
         if self._should_skip is not None:
             zeros = zeros_like_params(params)

@@ -49,3 +49,4 @@ COVERED = {
         "ScaleState",
     ]
 }
+COVERED["state_dtype_policy"] = "tests/test_dtype_policy.py"

@@ -203,7 +203,16 @@ def _torch_step(spec: Spec, params_np: dict, grads_np: dict, cfg: dict) -> tuple
         opt = spec.torch_opt(named, cfg)
     except Exception as err:  # a missing or incompatible reference is reported, not fatal
         return None, f"{type(err).__name__}: {str(err)[:200]}"
-    return opt.step, ""
+    grads = [(p, p.grad) for _, p in named]
+
+    def step() -> None:
+        # heavyball clears .grad after its step (set_to_none); give every step the same gradients back
+        for p, g in grads:
+            if p.grad is None:
+                p.grad = g
+        opt.step()
+
+    return step, ""
 
 
 def _state_bytes(run: Any) -> int:

@@ -136,3 +136,16 @@ def test_inject_hyperparams_default_dtype_follows_the_policy():
     assert {k: v.dtype for k, v in after.hyperparams.items()} == dtypes
     # the numbers in the params' dtype; a schedule's value stays the float32 array the schedule returns, as in Optax
     assert dtypes["b2"] == jnp.bfloat16 and dtypes["learning_rate"] == jnp.float32
+
+
+def test_injected_value_set_by_hand_keeps_its_dtype_under_the_optax_policy():
+    """A hyperparameter set by hand in the state (a Python float) keeps the dtype init stored it in, so the state's
+    dtypes, and so jit's cache and a scan carry, do not change from one step to the next."""
+    params = {"w": jnp.ones(3, jnp.bfloat16)}
+    with gradax.state_dtype_policy("optax"):
+        opt = gradax.inject_hyperparams(gradax.adam)(learning_rate=0.1)
+        state = opt.init(params)
+        before = jax.tree.map(lambda x: x.dtype, state)
+        state.hyperparams["learning_rate"] = 0.05
+        _, state = opt.update(params, state, params)
+    assert jax.tree.map(lambda x: x.dtype, state) == before

@@ -54,7 +54,7 @@ from .._base import (
     with_extra_args_support,
 )
 from .._checks import argument_error
-from .._dtype_policy import current_state_dtype_policy, optax_scalar_dtype
+from .._dtype_policy import optax_scalar_dtype
 from .._fused_step import FusedGradientTransformation, flat_step_of, is_fused_factory
 from .._hyperparams import hyperparam_dtype as default_hyperparam_dtype
 from .._hyperparams import is_schedule
@@ -288,14 +288,17 @@ class _Injected:
             inner_state=self.build({k: jnp.array(v, copy=True) for k, v in hyperparams.items()}).init(params),
         )
 
-    def advance(self, state: InjectStatefulHyperparamsState, extra_args: dict[str, Any]) -> tuple[dict, dict]:
+    def advance(
+        self, state: InjectStatefulHyperparamsState, extra_args: dict[str, Any], params: Any = None
+    ) -> tuple[dict, dict]:
         """The hyperparameter values of this step (schedules at the count before the increment) and the schedules'
         next states."""
         schedules, schedule_states = self.arguments.schedules, state.hyperparams_states
-        hyperparams = {k: self.stored(k, v) for k, v in state.hyperparams.items()}
-        optax_dtypes = self.requested_dtype is None and current_state_dtype_policy() == "optax"
-        # a schedule's value keeps the dtype init chose (Optax's params dtype under state_dtype_policy("optax"))
-        kept = {k: jnp.asarray(state.hyperparams[k]).dtype if optax_dtypes else None for k in schedules}
+        # an array keeps its dtype; a Python number set by hand and a schedule's value get the dtype init chose
+        # (dtype(params), under either dtype policy), so the state's dtypes stay the same from one step to the next
+        chosen = self.dtype(params)
+        kept = {k: v.dtype if isinstance(v, (jax.Array, np.ndarray)) else chosen for k, v in state.hyperparams.items()}
+        hyperparams = {k: self.stored(k, v, kept[k]) for k, v in state.hyperparams.items()}
         hyperparams.update(
             {k: self.stored(k, s(schedule_states[k], **extra_args), kept[k]) for k, s in schedules.items()}
         )
@@ -311,7 +314,7 @@ class _Injected:
         )
 
     def update(self, updates, state, params=None, **extra_args):
-        hyperparams, schedule_states = self.advance(state, extra_args)
+        hyperparams, schedule_states = self.advance(state, extra_args, params)
         updates, inner_state = self.build(hyperparams).update(updates, state.inner_state, params, **extra_args)
         return updates, self.next_state(state, hyperparams, schedule_states, inner_state)
 
@@ -324,7 +327,7 @@ def _with_fused_step(inner_factory: Callable, injected: _Injected) -> GradientTr
         return GradientTransformationExtraArgs(injected.init, injected.update)
 
     def step(params, state, grads):
-        hyperparams, schedule_states = injected.advance(state, {})
+        hyperparams, schedule_states = injected.advance(state, {}, params)
         fused = typing.cast(FusedGradientTransformation, injected.build(hyperparams))  # a fused factory builds one
         params, inner_state = fused.step(params, state.inner_state, grads)
         return params, injected.next_state(state, hyperparams, schedule_states, inner_state)
@@ -332,7 +335,7 @@ def _with_fused_step(inner_factory: Callable, injected: _Injected) -> GradientTr
     def flat_step(params, state, grads, flat_reference):
         # the step of gradax.flatten(this): the inner optimizer's flat step on the inner state where it has one,
         # else flatten(this)'s update + apply_updates
-        hyperparams, schedule_states = injected.advance(state, {})
+        hyperparams, schedule_states = injected.advance(state, {}, params)
         inner_flat = flat_step_of(injected.build(hyperparams))
         if inner_flat is None:
             return flat_reference(GradientTransformationExtraArgs(injected.init, injected.update))(params, state, grads)

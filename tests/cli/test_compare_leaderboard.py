@@ -80,6 +80,32 @@ def test_sweep_factor_one_matches_the_plain_run(digits):
     np.testing.assert_allclose(res.test_loss[0, -1], hist.final("test_loss"), rtol=2e-5)
 
 
+def test_branching_optimizers_run_one_after_another_with_the_plain_numbers(digits):
+    """vmap would turn SOAP's refresh ``switch`` into a select computing every branch on every step; such an
+    optimizer's runs go through ``lax.map`` in the same compiled step, and each still matches its plain run."""
+    import jax
+
+    from gradax.cli._expr import parse_optimizer
+    from gradax.cli._multi import _branches
+    from gradax.cli._run import train
+
+    params = digits.init(jax.random.PRNGKey(0))
+
+    def has_branch(expr):
+        opt = parse_optimizer(expr).value
+        return _branches(jax.make_jaxpr(lambda p, s: opt.update(p, s, p))(params, opt.init(params)).jaxpr)
+
+    assert has_branch("contrib.soap(1e-3, precondition_frequency=2)")
+    assert has_branch("chain(clip_by_global_norm(1.0), contrib.kron(1e-3))")  # nested in a chain
+    assert not has_branch("chain(clip_by_global_norm(1.0), adamw(1e-3))")
+    expr = "contrib.soap(learning_rate=3e-3, precondition_frequency=2)"
+    res = run_batched(digits, expr, seeds=[0, 1], factors=[1.0], steps=4, batch_size=4, eval_every=4, progress=False)
+    assert res.traces == 1
+    for i, seed in enumerate((0, 1)):
+        hist = train(digits, parse_optimizer(expr).value, steps=4, batch_size=4, seed=seed, progress=False)
+        np.testing.assert_allclose(res.train_loss[i], [r["loss"] for r in hist.records], rtol=2e-5)
+
+
 def test_compare_seeds_sweep_target(tmp_path, capsys):
     out = tmp_path / "c"
     rc = main(

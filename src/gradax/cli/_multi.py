@@ -145,9 +145,27 @@ def _initial_runs(task: Task, opt: Any, seeds: list[int], n_f: int) -> tuple[Any
     return params, _strong(jax.vmap(opt.init)(params))
 
 
-def _sweep_step(task: Task, opt: Any, schedule: Any, lr_dtype: Any, traces: list[int]) -> Any:
+def _branches(jaxpr: Any) -> bool:
+    """Whether a jaxpr, or one nested in it (a loop's body, a pjit's callee), holds a ``cond``/``switch``."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond":
+            return True
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
+                if hasattr(inner, "eqns") and _branches(inner):
+                    return True
+    return False
+
+
+def _sweep_step(task: Task, opt: Any, schedule: Any, lr_dtype: Any, traces: list[int], params: Any, state: Any) -> Any:
     """The jitted step of all runs at once: each writes ``factor * schedule(count)`` into its state's learning rate,
-    then takes an ordinary step. ``traces[0]`` counts the traces (one per compilation)."""
+    then takes an ordinary step. ``traces[0]`` counts the traces (one per compilation).
+
+    The runs are batched with ``jax.vmap``, unless the optimizer's update branches (``lax.cond``/``switch``, as SOAP's
+    and Shampoo's refresh or Kron's preconditioner update do): ``vmap`` turns a branch on batched state into a select
+    that computes every branch on every step, so those run one after another with ``lax.map`` in the same program.
+    """
 
     def one(params, opt_state, xb, yb, factor, count):
         traces[0] += 1
@@ -157,11 +175,15 @@ def _sweep_step(task: Task, opt: Any, schedule: Any, lr_dtype: Any, traces: list
         updates, opt_state = opt.update(grads, opt_state, params)
         return gradax.apply_updates(params, updates), opt_state, loss
 
-    return jax.jit(
-        jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None)),
-        donate_argnums=(0, 1),
-        compiler_options=step_compiler_options(),
-    )
+    first = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), (params, state))
+    branching = _branches(jax.make_jaxpr(lambda p, s: opt.update(p, s, p))(*first).jaxpr)
+
+    def batched(params, opt_state, xb, yb, factor, count):
+        if not branching:
+            return jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None))(params, opt_state, xb, yb, factor, count)
+        return jax.lax.map(lambda a: one(*a, count), (params, opt_state, xb, yb, factor))
+
+    return jax.jit(batched, donate_argnums=(0, 1), compiler_options=step_compiler_options())
 
 
 def run_batched(
@@ -188,7 +210,7 @@ def run_batched(
     params, opt_state = _initial_runs(task, opt, seeds, n_f)
     factor_arr = jnp.asarray(np.tile(np.asarray(factors, np.float32), len(seeds)))
     traces = [0]
-    step_fn = _sweep_step(task, opt, schedule, gradax.tree.get(probe, "learning_rate").dtype, traces)
+    step_fn = _sweep_step(task, opt, schedule, gradax.tree.get(probe, "learning_rate").dtype, traces, params, opt_state)
     eval_fn = jax.jit(jax.vmap(task.loss_and_acc, in_axes=(0, None, None)))
     x_test, y_test = (jnp.asarray(a) for a in task.test_data)
     samplers = [task.sampler(s, batch_size) for s in seeds]

@@ -189,8 +189,8 @@ def _add_leaderboard(sub) -> None:
         "of gradax's contrib (SOAP, Shampoo, Kron, the Muon family, Scion, MARS, Adam-mini, LaProp, Grams, SPAM, "
         "APOLLO, CAME, cautious AdamW) plus Lion, Adafactor, schedule-free AdamW, Prodigy and Muon; each at its "
         "best learning-rate factor of a sweep compiled once per optimizer. Writes leaderboard.md, results.md, "
-        "sweep.md, curves.png, steps_to_target.png and sweep.png. Default: 2,000 steps, 1 seed, factors "
-        "0.5,1,2 (about an hour on a 2-core CPU); --quick: 200 steps, factor 1 (a few minutes).",
+        "sweep.md, curves.png, steps_to_target.png and sweep.png. Default: 500 steps (nanoGPT's schedule "
+        "compressed to them), 1 seed, factors 0.5,1,2 (about an hour on a 2-core CPU); --quick: 200 steps, factor 1 (a few minutes).",
         _examples(
             "gradax leaderboard --quick",
             "gradax leaderboard                                  # make leaderboard",
@@ -201,10 +201,10 @@ def _add_leaderboard(sub) -> None:
     p.add_argument("--quick", action="store_true", help="200 steps, one learning rate per optimizer")
     p.add_argument("--only", default=None, help="comma-separated leaderboard names to run (AdamW always runs)")
     p.add_argument("--task", default=None, help="nanogpt (default) or nanogpt-tiny, or any task")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default 2000, --quick 200)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 500, --quick 200)")
     p.add_argument("--seeds", type=int, default=None, help="seeds per optimizer and learning rate (default 1)")
     p.add_argument("--sweep", default=None, help="learning-rate factors (default 0.5,1,2; --quick 1)")
-    p.add_argument("--eval-every", type=int, default=None, help="validation period (default steps/40)")
+    p.add_argument("--eval-every", type=int, default=None, help="validation period (default steps/25)")
     p.add_argument("--out", default=None, help=f"run folder (default: {RUNS}/leaderboard-<task>-<time>)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

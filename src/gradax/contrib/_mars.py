@@ -28,6 +28,62 @@ class ScaleByMarsState(NamedTuple):
     last_grad: Any  # like params (float32 for bf16/f16 params): the previous step's gradient (zeros at init)
 
 
+class MarsScalars(NamedTuple):
+    """The scalars of one MARS step (float32, float64 under x64), shared by :func:`scale_by_mars` and
+    ``gradax.fused.mars`` so that both compute them with the same operations."""
+
+    beta1: jax.Array
+    beta2: jax.Array
+    eps: jax.Array
+    bound: jax.Array  # max_norm
+    scale: jax.Array  # gamma * beta1 / (1 - beta1), the weight of the gradient change
+    inv1: jax.Array  # 1 / (1 - beta1**t)
+    inv2: jax.Array  # 1 / (1 - beta2**t)
+
+    @staticmethod
+    def at(b1: Any, b2: Any, gamma: Any, eps: Any, max_norm: Any, count: jax.Array) -> "MarsScalars":
+        """The scalars at step ``count`` (already incremented)."""
+        beta1, beta2, gam, e, bound = hyper_values(b1, b2, gamma, eps, max_norm)
+        inv1, inv2 = 1 / (1 - beta1**count), 1 / (1 - beta2**count)
+        return MarsScalars(beta1, beta2, e, bound, gam * beta1 / (1 - beta1), inv1, inv2)
+
+
+def mars_clip(g: jax.Array, last: jax.Array, scale: jax.Array, bound: jax.Array) -> jax.Array:
+    """The factor that clips one leaf's corrected gradient to norm ``bound``: :math:`1 / \\max(1, \\lVert c
+    \\rVert / C)` (NaN for a NaN norm, 0 for an infinite one).
+
+    The corrected gradient is written here as :math:`g + (-s)(g_{t-1} - g)`, the same number as the element-wise
+    passes' :math:`g + s (g - g_{t-1})` but not the same expression, so that XLA does not share one temporary array
+    between them: the reduction reads ``g`` and ``last`` once, and each element-wise pass recomputes its own.
+    ``gradax.fused.mars`` computes the same reduction before its kernel.
+    """
+    gc = g.astype(compute_dtype(g.dtype))
+    d = gc + (-scale) * (last - gc)
+    return 1 / jnp.maximum(1.0, jnp.sqrt(jnp.sum(d * d)) / bound)
+
+
+def corrected(g: jax.Array, last: jax.Array, scale: jax.Array, bound: jax.Array) -> tuple[jax.Array, ...]:
+    """``(gc, clip, c)``: one leaf's gradient in its compute dtype, its clipping factor and the clipped corrected
+    gradient :math:`c_t`."""
+    gc = g.astype(compute_dtype(g.dtype))
+    clip = mars_clip(g, last, scale, bound)
+    return gc, clip, (gc + scale * (gc - last)) * clip
+
+
+def kept(gc: jax.Array, clip: jax.Array, *new_state: jax.Array) -> jax.Array:
+    """The gradient to keep as ``last_grad``: ``gc``, written so that XLA updates the donated buffer in place.
+
+    ``~(clip > 1)`` always holds (``clip`` is in [0, 1] or NaN), so the select always takes ``gc``; but it reads the
+    new moments (the element-wise passes that read the old ``last_grad``), which orders this write after every read
+    of the old value. A plain ``gc`` leaves them unordered, and XLA then copies the old ``last_grad`` aside and the
+    gradient into its buffer: two single-threaded copies per leaf, more than the rest of the step.
+    """
+    keep = ~(clip > 1)
+    for x in new_state:
+        keep = keep | (x == new_state[0])
+    return jnp.where(keep, gc, 0)
+
+
 def scale_by_mars(
     b1: ArrayLike = 0.95,
     b2: ArrayLike = 0.99,
@@ -96,29 +152,21 @@ def scale_by_mars(
 
     def update(updates, state, params=None):
         del params
-        beta1, beta2, gam, e, bound = hyper_values(b1, b2, gamma, eps, max_norm)
         count = safe_int32_increment(state.count)
-        debias1 = 1 - beta1**count
-        debias2 = 1 - beta2**count
-        scale = gam * beta1 / (1 - beta1)
-
-        def corrected(g, last):
-            gc = g.astype(compute_dtype(g.dtype))
-            c = gc + scale * (gc - last)
-            norm = jnp.sqrt(jnp.sum(c * c))
-            return gc, c / jnp.maximum(1.0, norm / bound)
+        k = MarsScalars.at(b1, b2, gamma, eps, max_norm, count)
 
         def adamw_leaf(g, m, v, last):
-            gc, c = corrected(g, last)
-            m_new = beta1 * m + (1 - beta1) * c
-            v_new = beta2 * v + (1 - beta2) * c * c
-            u = (m_new / debias1) / (jnp.sqrt(v_new / debias2) + e)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), gc.astype(last.dtype)
+            gc, clip, c = corrected(g, last, k.scale, k.bound)
+            m_new = k.beta1 * m + (1 - k.beta1) * c
+            v_new = k.beta2 * v + (1 - k.beta2) * c * c
+            u = (m_new * k.inv1) / (jnp.sqrt(v_new * k.inv2) + k.eps)
+            keep = kept(gc, clip, m_new, v_new).astype(last.dtype)
+            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype), keep
 
         def lion_leaf(g, m, last):
-            gc, c = corrected(g, last)
-            m_new = beta1 * m + (1 - beta1) * c
-            return jnp.sign(m_new).astype(g.dtype), m_new.astype(m.dtype), gc.astype(last.dtype)
+            gc, clip, c = corrected(g, last, k.scale, k.bound)
+            m_new = k.beta1 * m + (1 - k.beta1) * c
+            return jnp.sign(m_new).astype(g.dtype), m_new.astype(m.dtype), kept(gc, clip, m_new).astype(last.dtype)
 
         if lion:
             out, mu, last = map_n(3, lion_leaf, updates, state.mu, state.last_grad)

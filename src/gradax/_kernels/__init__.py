@@ -414,16 +414,12 @@ def lion_step(scalars: jax.Array, decay: jax.Array, params: list, grads: list, m
     return tuple(_call_per_leaves("gradax_lion_step", head, [params, grads, mu], [0, 2]))
 
 
-def adafactor_matrices(
-    scalars: jax.Array, b_first: jax.Array, params: list, grads: list, row_stats: list, col_stats: list
-) -> tuple[list, list, list]:
-    """The factored second moments and the parameters of float32 matrices ``[R, C]``, in place, matrix by matrix
-    (two passes each: the row and column sums of squares with the parameters' sum of squares and the clipping norm,
-    then the update): returns the new params, per-row statistics (float32[R]) and per-column statistics (float32[C]).
+def adafactor_matrices(scalars: jax.Array, params: list, grads: list, row_factors: list, col_factors: list) -> list:
+    """The update of float32 matrices ``[R, C]`` by Adafactor's factored second moment, in place: returns the new
+    params, ``p - ((((g x) y) s1) s2) s3`` with ``x`` the normalized factor and ``y`` the other (the per-row factor
+    float32[R] and the per-column factor float32[C] of ``row_factors`` and ``col_factors``, each ``x`` or ``y`` as
+    leaf ``i``'s row of ``scalars`` says).
 
-    ``scalars`` is float32[len(ADAFACTOR_SCALARS)] (a clipping threshold of 0: no clipping; a parameter scale of 1:
-    multiply by the parameters' RMS, at least 1e-3). ``b_first`` is float32[n], 1 where the normalized factor is
-    the per-column one. The results alias the params and statistics."""
-    head = lambda part: (scalars, b_first[part])
-    groups = [params, grads, row_stats, col_stats]
-    return tuple(_call_per_leaves("gradax_adafactor_matrices", head, groups, [0, 2, 3]))
+    ``scalars`` is float32[n, len(ADAFACTOR_SCALARS)], a row per leaf. The results alias the params."""
+    head = lambda part: (scalars[part],)
+    return _call_per_leaves("gradax_adafactor_matrices", head, [params, grads, row_factors, col_factors], [0])[0]

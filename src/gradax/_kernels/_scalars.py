@@ -66,12 +66,12 @@ ADAFACTOR = ScalarTable(
     "AdafactorScalar",
     "A_",
     "NA",
-    (
-        ("beta", "the second moment's decay at this step"),
-        ("eps", "epsilon, added to the squared gradients"),
-        ("clipping_threshold", "the update's RMS bound (0: no clipping)"),
-        ("learning_rate", "the learning rate (1 without one)"),
-        ("parameter_scale", "1 to multiply by the parameters' RMS (at least 1e-3)"),
+    (  # per leaf (a row of float32[n, NA]): u = (((g x) y) first) second, p <- p - u last
+        ("b_first", "1 where the normalized factor x is the per-column one"),
+        ("first_scale", "the first scalar factor of the update (1: none)"),
+        ("second_scale", "the second scalar factor of the update (1: none)"),
+        ("last_scale", "the last scalar factor, contracted with the subtraction from p where XLA does"),
+        ("y_last", "1 when the update has no scalar factor: p <- p - (g x) y, the product by y contracted"),
     ),
 )
 

@@ -1,4 +1,4 @@
-"""gradax.fused.adafactor: Adafactor whose ``step`` takes two passes over each factored matrix on the CPU."""
+"""gradax.fused.adafactor: Adafactor whose ``step`` updates the factored matrices in one kernel pass on the CPU."""
 
 import functools
 from typing import Any
@@ -10,10 +10,17 @@ from jax.typing import ArrayLike
 
 from .. import _kernels
 from .._base import MaskOrFn, Params, ScalarOrSchedule, Updates
-from .._hyperparams import as_value
+from .._hyperparams import as_value, is_concrete
 from .._update import apply_updates
-from ..optimizers._adafactor import FactoredState, decay_rate_pow, factored_dims
+from ..optimizers._adafactor import (
+    FactoredState,
+    decay_rate_pow,
+    factored_clip_divisor,
+    factored_dims,
+    factored_moments,
+)
 from ..optimizers._adafactor import adafactor as _adafactor
+from ..optimizers._misc import scale_by_param_block_rms
 from ..transforms._scaling import scale_by_learning_rate
 from ._common import (
     FusedGradientTransformation,
@@ -25,8 +32,6 @@ from ._common import (
     put,
     take,
 )
-
-_MIN_PARAM_SCALE = 1e-3  # scale_by_param_block_rms's default, as adafactor uses it
 
 
 def adafactor(
@@ -43,7 +48,7 @@ def adafactor(
     factored: bool = True,
     weight_decay_mask: MaskOrFn = None,
 ) -> FusedGradientTransformation:
-    r"""Adafactor with a ``step`` that updates each factored float32 matrix in two passes on the CPU.
+    r"""Adafactor with a ``step`` that updates the factored float32 matrices in one kernel pass on the CPU.
 
     .. math::
       R_t = \hat\beta_t R_{t-1} + (1-\hat\beta_t)\,\mathrm{mean}_{\text{largest axis}}(g^2 + \epsilon), \quad
@@ -53,12 +58,12 @@ def adafactor(
 
     ``init`` and ``update`` are those of ``gradax.adafactor(...)``: same state, same updates.
     ``step(params, state, grads)`` returns ``(new_params, new_state)`` (arguments in the order of the results:
-    donate them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend, each float32 matrix whose
-    second moment is factored takes two passes over its gradient where XLA takes five, one matrix after the other:
-    the row and column sums of squares, with the parameters' sum of squares and the squared norm of the update for
-    the clipping (which factors through the row statistics), then the update in place, which finds the matrix
-    still in the last-level cache when it fits there. Every other leaf goes through ``update`` itself. The results
-    match ``update`` + ``apply_updates`` to float32 rounding (the sums are accumulated in float64). With
+    donate them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend, the reductions of each
+    float32 matrix whose second moment is factored (row and column means, clipping RMS, parameter RMS) are computed
+    by XLA with the very expressions of ``update``, and the final element-wise pass (read the gradient and the
+    parameters, write the parameters in place) runs in a C kernel on XLA's thread pool, with XLA's roundings and
+    fused multiply-adds. Every other leaf goes through ``update`` itself. The results are bit for bit those of
+    ``update`` + ``apply_updates`` compiled by XLA:CPU (``tests/contract/test_extreme_gradients.py``). With
     ``momentum`` or ``weight_decay_rate``, on GPU, under a GSPMD-sharded ``jit``, under ``jax_enable_x64`` or
     without a C compiler ``step`` is ``update`` followed by ``apply_updates``, and so are ``vmap`` and autodiff.
 
@@ -115,16 +120,27 @@ def adafactor(
                     picked.append(i)
         return picked
 
-    def scalars_at(state: Any) -> jax.Array:
-        """The kernel's step scalars (``_kernels.ADAFACTOR_SCALARS``) for this state."""
-        beta = as_value(decay_rate_pow(state[0].count - decay_offset, decay_rate))
-        lr = 1.0 if lr_tx is None else lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0]
-        clip = 0.0 if clipping_threshold is None else as_value(clipping_threshold)
-        values = dict(
-            beta=beta, eps=as_value(eps), clipping_threshold=clip, learning_rate=lr,
-            parameter_scale=float(multiply_by_parameter_scale),
-        )  # fmt: skip
-        return jnp.stack([jnp.asarray(values[k], jnp.float32) for k in _kernels.ADAFACTOR_SCALARS])
+    ps_tx = scale_by_param_block_rms() if multiply_by_parameter_scale else None
+    # a learning rate that is a constant of the program: XLA folds it into the parameter scale (or the final -1)
+    lr_constant = lr_tx is not None and is_concrete(learning_rate)
+
+    def update_scales(state: Any, dividers: list, param_scales: list) -> list[dict[str, jax.Array]]:
+        """Per leaf, the kernel's scalars ``first_scale``, ``second_scale``, ``last_scale`` (s1, s2, s3 of
+        ``p - ((u s1) s2) s3``, ``u = (g x) y``) as XLA:CPU's algebraic simplifier groups the chain's factors (the
+        clipping's divisor as its reciprocal, the learning rate, the parameters' RMS, a constant learning rate folded
+        into the RMS; 1 where absent) and ``y_last``, 1 where there is none at all (XLA then contracts the product by
+        ``y`` with the subtraction)."""
+        lr = None if lr_tx is None else lr_tx.update(jnp.ones([], jnp.float32), state[lr_index])[0]
+        out = []
+        for div, ps in zip(dividers, param_scales, strict=True):
+            factors = [] if div is None else [1.0 / div]
+            if lr is not None and lr_constant and ps is not None:
+                factors.append(ps * lr)
+            else:
+                factors += [x for x in (lr, ps) if x is not None]
+            s1, s2, s3 = [1.0] * (3 - len(factors)) + factors
+            out.append(dict(first_scale=s1, second_scale=s2, last_scale=s3, y_last=float(not factors)))
+        return out
 
     def kernel_step(picked: list[int], params: Params, state: Any, grads: Updates) -> tuple[Params, Any]:
         fstate = state[0]
@@ -141,23 +157,42 @@ def adafactor(
         for out, x in zip((new_rows, new_cols, new_vs), new_sub[0][1:], strict=True):
             put(out, others, x)
 
-        # the factored matrices, one after the other in one kernel: the statistics of a matrix averaged over its
-        # axis d0 (v_row) are normalized by their mean; b_first where that axis is 0 (the per-column statistics)
-        b_first = [dims is not None and dims[1] == 0 for dims in (dims_of(p_leaves[i]) for i in picked)]
-        per_row = [cols[i] if first else rows[i] for i, first in zip(picked, b_first, strict=True)]
-        per_col = [rows[i] if first else cols[i] for i, first in zip(picked, b_first, strict=True)]
-        updated, row_out, col_out = _kernels.adafactor_matrices(
-            scalars_at(state),
-            jnp.asarray(b_first, jnp.float32),
-            take(p_leaves, picked),
-            take(g_leaves, picked),
-            per_row,
-            per_col,
-        )
-        put(new_p, picked, updated)
-        for i, first, r, c in zip(picked, b_first, row_out, col_out, strict=True):
-            new_rows[i], new_cols[i] = (c, r) if first else (r, c)
+        # the factored matrices: every reduction in XLA, with the expressions (and so the roundings) of the
+        # update's own (factored_moments, factored_clip_divisor, the parameter scale's transformation), then the
+        # element-wise update in one kernel, matrix after matrix
+        beta = as_value(decay_rate_pow(fstate.count - decay_offset, decay_rate)).astype(jnp.float32)
+        e = as_value(eps).astype(jnp.float32)
+        tau = None if clipping_threshold is None else as_value(clipping_threshold)
+        per_row, per_col, b_first, dividers = [], [], [], []
+        for i in picked:
+            dims = dims_of(p_leaves[i])
+            new_rows[i], new_cols[i], row_factor, col_factor = factored_moments(
+                g_leaves[i], rows[i], cols[i], beta, e, dims
+            )
             new_vs[i] = jnp.zeros((1,), vs[i].dtype)
+            # the normalized factor (row_factor) is per column where the statistic it normalizes averages axis 0
+            first = dims[1] == 0
+            per_row.append(col_factor if first else row_factor)
+            per_col.append(row_factor if first else col_factor)
+            b_first.append(first)
+            dividers.append(
+                None if tau is None else factored_clip_divisor(g_leaves[i], row_factor, col_factor, dims, tau)
+            )
+        if ps_tx is None:
+            param_scales = [None] * len(picked)
+        else:
+            ones = [jnp.ones([], jnp.float32)] * len(picked)
+            param_scales = ps_tx.update(ones, ps_tx.init(None), take(p_leaves, picked))[0]
+        scales = update_scales(state, dividers, param_scales)
+        per_leaf = [dict(leaf, b_first=float(first)) for leaf, first in zip(scales, b_first, strict=True)]
+        scalars = jnp.stack(
+            [jnp.stack([jnp.asarray(r[k], jnp.float32) for k in _kernels.ADAFACTOR_SCALARS]) for r in per_leaf]
+        )
+        put(
+            new_p,
+            picked,
+            _kernels.adafactor_matrices(scalars, take(p_leaves, picked), take(g_leaves, picked), per_row, per_col),
+        )
 
         new_factored = FactoredState(new_sub[0].count, *(treedef.unflatten(x) for x in (new_rows, new_cols, new_vs)))
         return treedef.unflatten(new_p), (new_factored, *new_sub[1:])

@@ -111,6 +111,44 @@ def scale_by_factored_rms(
     return _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, epsilon, decay_rate_fn, None)
 
 
+def factored_moments(gc, v_row, v_col, b, ec, dims):
+    """One factored leaf's second moment: ``(new_row, new_col, row_factor, col_factor)``, the new statistics in the
+    state's dtypes and the factors in ``gc``'s, for the gradient ``gc`` (in its compute dtype), the decay ``b`` and
+    ``ec`` = epsilon in that dtype, and ``dims`` = ``factored_dims(...)``. The update is
+    ``gc * expand_dims(row_factor, d0) * expand_dims(col_factor, d1)``, in that order (``gradax.fused.adafactor``
+    computes these with the same expressions, so that its kernel starts from XLA's roundings)."""
+    d1, d0 = dims
+    dtype = gc.dtype
+    # Each reduction below spells |g|^2 its own way: XLA would otherwise compute one shared |g|^2 array
+    # (a gradient-sized temporary) instead of fusing it into each reduction's single pass over g.
+    row_mean = jnp.mean(abs_sq(gc), axis=d0) + ec  # mean(|g|^2 + eps), as mean(|g|^2) + eps
+    col_mean = jnp.mean(abs_sq(2.0 * gc) * 0.25, axis=d1) + ec  # (2g)^2 / 4: power-of-two scalings, exact
+    new_row = (b * v_row.astype(dtype) + (1.0 - b) * row_mean).astype(v_row.dtype)
+    new_col = (b * v_col.astype(dtype) + (1.0 - b) * col_mean).astype(v_col.dtype)
+    row = new_row.astype(dtype)
+    col = new_col.astype(dtype)
+    reduced_d1 = d1 - 1 if d1 > d0 else d1
+    row_factor = (row / jnp.mean(row, axis=reduced_d1, keepdims=True)) ** -0.5  # the shape without d0
+    col_factor = col**-0.5  # the shape without d1
+    return new_row, new_col, row_factor, col_factor
+
+
+def clip_divisor(mean_sq: jax.Array, tau: jax.Array) -> jax.Array:
+    """``max(1, sqrt(mean_sq) / tau)``: what an update of mean square ``mean_sq`` is divided by to keep its RMS at
+    most ``tau``."""
+    return jnp.maximum(1.0, jnp.sqrt(mean_sq) / tau)
+
+
+def factored_clip_divisor(gc, row_factor, col_factor, dims, tau):
+    """:func:`clip_divisor` of the factored update ``gc * row_factor * col_factor`` (:func:`factored_moments`),
+    reduced from ``gc`` and the factors without forming the update:
+    ``sum |g r c|^2 = sum_{not d0} r^2 sum_{d0} |g|^2 c^2`` (no broadcast of ``r``, no array shared with the update).
+    """
+    d1, d0 = dims
+    inner = jnp.sum(jnp.abs(gc) * jnp.expand_dims(jnp.square(col_factor), axis=d1) * jnp.abs(gc), axis=d0)
+    return clip_divisor(jnp.sum(inner * jnp.square(row_factor)) / gc.size, tau)
+
+
 def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, epsilon, decay_rate_fn, clip):
     """:func:`scale_by_factored_rms`, followed by :func:`clip_by_block_rms` ``(clip)`` in the same pass when ``clip``
     is not None (Adafactor's first two steps).
@@ -141,9 +179,7 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
         tau = None if clip is None else as_value(clip)
 
         def clipped(u, mean_u_sq):
-            if tau is None:
-                return u
-            return u / jnp.maximum(1.0, jnp.sqrt(mean_u_sq()) / tau)
+            return u if tau is None else u / clip_divisor(mean_u_sq(), tau)
 
         def leaf(g, v_row, v_col, v):
             dtype = compute_dtype(g.dtype)
@@ -157,25 +193,10 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
                 out = clipped(gc * inv, lambda: jnp.mean(abs_sq(gc) * (inv * inv)))
                 return out.astype(g.dtype), jnp.zeros((1,), v_row.dtype), jnp.zeros((1,), v_col.dtype), new_v
             d1, d0 = dims
-            # Each reduction below spells |g|^2 its own way: XLA would otherwise compute one shared |g|^2 array
-            # (a gradient-sized temporary) instead of fusing it into each reduction's single pass over g.
-            row_mean = jnp.mean(abs_sq(gc), axis=d0) + ec  # mean(|g|^2 + eps), as mean(|g|^2) + eps
-            col_mean = jnp.mean(abs_sq(2.0 * gc) * 0.25, axis=d1) + ec  # (2g)^2 / 4: power-of-two scalings, exact
-            new_row = (b * v_row.astype(dtype) + (1.0 - b) * row_mean).astype(v_row.dtype)
-            new_col = (b * v_col.astype(dtype) + (1.0 - b) * col_mean).astype(v_col.dtype)
-            row = new_row.astype(dtype)
-            col = new_col.astype(dtype)
-            reduced_d1 = d1 - 1 if d1 > d0 else d1
-            row_factor = (row / jnp.mean(row, axis=reduced_d1, keepdims=True)) ** -0.5  # the shape without d0
-            col_factor = col**-0.5  # the shape without d1
+            new_row, new_col, row_factor, col_factor = factored_moments(gc, v_row, v_col, b, ec, dims)
             out = gc * jnp.expand_dims(row_factor, axis=d0) * jnp.expand_dims(col_factor, axis=d1)
-
-            def mean_out_sq():
-                # sum |g r c|^2 = sum_{not d0} r^2 sum_{d0} |g|^2 c^2: no broadcast of r, none shared with `out`
-                inner = jnp.sum(jnp.abs(gc) * jnp.expand_dims(jnp.square(col_factor), axis=d1) * jnp.abs(gc), axis=d0)
-                return jnp.sum(inner * jnp.square(row_factor)) / gc.size
-
-            out = clipped(out, mean_out_sq)
+            if tau is not None:
+                out = out / factored_clip_divisor(gc, row_factor, col_factor, dims, tau)
             return out.astype(g.dtype), new_row, new_col, jnp.zeros((1,), v.dtype)
 
         new_updates, v_row, v_col, v = map_n(4, leaf, updates, state.v_row, state.v_col, state.v)

@@ -1,4 +1,5 @@
-"""Several seeds and a learning-rate sweep of one optimizer, batched with ``jax.vmap`` into one compiled step.
+"""Several seeds and a learning-rate sweep of one optimizer, batched (``jax.vmap``, or ``lax.map`` for an optimizer
+whose update branches) into one compiled step.
 
 ``gradax compare --seeds N --sweep F1,F2,...`` and ``gradax leaderboard`` run, for each optimizer expression, one
 training step compiled once for all of its runs (seeds x sweep values). The optimizer is built through

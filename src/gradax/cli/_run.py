@@ -69,13 +69,20 @@ class Progress:
         self.stream.flush()
 
 
-def read_learning_rate(state: Any) -> float | None:
-    """The current learning rate stored in an ``inject_hyperparams`` state, or None if there is none (or several)."""
+def learning_rate_reader(state: Any) -> Callable[[Any], Any] | None:
+    """A function from a state of ``state``'s structure to the learning rate its ``inject_hyperparams`` holds (an
+    array, not fetched), or None when there is none (or several). Found once per run, not searched every step."""
     try:
-        lr = gradax.tree.get(state, "learning_rate")
-        return float(np.asarray(lr))
+        gradax.tree.get(state, "learning_rate")
     except Exception:  # no (unique) learning rate in this optimizer's state
         return None
+    return lambda s: gradax.tree.get(s, "learning_rate")
+
+
+def read_learning_rate(state: Any) -> float | None:
+    """The current learning rate stored in an ``inject_hyperparams`` state, or None if there is none (or several)."""
+    reader = learning_rate_reader(state)
+    return None if reader is None else float(np.asarray(reader(state)))
 
 
 #: Exit code of ``gradax train`` / ``compare`` when a loss or gradient became non-finite and the run stopped.
@@ -275,6 +282,7 @@ def train(
     eval_fn = jax.jit(task.loss_and_acc)
     x_test, y_test = (jnp.asarray(a) for a in task.test_data)
     bar = Progress(steps, label, first=done) if progress else None
+    lr_of = learning_rate_reader(opt_state)
     out = metrics_file.open("a") if metrics_file is not None else None
     test_acc = None
     try:
@@ -287,7 +295,7 @@ def train(
                 if i == done + 1:
                     loss.block_until_ready()
                     t1 = time.perf_counter()  # steps/s excludes the first step (compilation)
-                rec, stop = _record(i, loss, acc, finite, opt_state, on_nonfinite)
+                rec, stop = _record(i, loss, acc, finite, opt_state, on_nonfinite, lr_of)
                 if not stop and (i % eval_every == 0 or i == steps):
                     tl, ta = eval_fn(params, x_test, y_test)
                     test_acc = float(ta)
@@ -337,10 +345,20 @@ def _restore(checkpoints: Checkpoints, params: Any, opt_state: Any, sampler, his
     return params, opt_state, meta["step"], meta["wall_time"]
 
 
-def _record(step: int, loss, acc, finite, opt_state: Any, on_nonfinite: str) -> tuple[dict, bool]:
-    """The metrics record of one step, and whether the run stops there (``on_nonfinite="stop"``, not finite)."""
-    rec = {"step": step, "loss": float(loss), "accuracy": float(acc), "learning_rate": read_learning_rate(opt_state)}
-    if on_nonfinite == "skip" and not bool(opt_state.last_finite):
+def _record(step: int, loss, acc, finite, opt_state: Any, on_nonfinite: str, lr_of) -> tuple[dict, bool]:
+    """The metrics record of one step, and whether the run stops there (``on_nonfinite="stop"``, not finite).
+
+    Everything the record needs comes from the device in one transfer."""
+    lr = None if lr_of is None else lr_of(opt_state)
+    skipped = opt_state.last_finite if on_nonfinite == "skip" else None
+    loss, acc, finite, lr, skipped = jax.device_get((loss, acc, finite, lr, skipped))
+    rec = {
+        "step": step,
+        "loss": float(loss),
+        "accuracy": float(acc),
+        "learning_rate": None if lr is None else float(lr),
+    }
+    if skipped is not None and not bool(skipped):
         rec["skipped"] = True
     stop = on_nonfinite == "stop" and not bool(finite)
     if stop:

@@ -65,6 +65,7 @@ FLAGS = (
 ADAMW_SCALARS = _scalars.ADAMW.names
 LION_SCALARS = _scalars.LION.names
 ADAFACTOR_SCALARS = _scalars.ADAFACTOR.names
+MARS_SCALARS = _scalars.MARS.names
 SCALARS_HEADER = "fused_scalars.h"  # generated into the build directory by _scalars.header()
 
 
@@ -423,3 +424,17 @@ def adafactor_matrices(scalars: jax.Array, params: list, grads: list, row_factor
     ``scalars`` is float32[n, len(ADAFACTOR_SCALARS)], a row per leaf. The results alias the params."""
     head = lambda part: (scalars[part],)
     return _call_per_leaves("gradax_adafactor_matrices", head, [params, grads, row_factors, col_factors], [0])[0]
+
+
+def mars_step(
+    scalars: jax.Array, clip: jax.Array, decay: jax.Array, params: list, grads: list, mu: list, nu: list, last: list
+) -> tuple[list, list, list, list]:
+    """One in-place MARS-AdamW pass over float32 leaves: returns the new params, first and second moments and kept
+    gradients (``last_grad``).
+
+    ``scalars`` is float32[len(MARS_SCALARS)], ``clip`` float32[len(params)] (each leaf's clipping factor of the
+    corrected gradient, computed before the call), ``decay`` float32[len(params)] (1 where a leaf is decayed). The
+    results alias the params and state (donate them to update in place; otherwise XLA copies them first).
+    """
+    head = lambda part: (scalars, clip[part], decay[part])
+    return tuple(_call_per_leaves("gradax_mars_step", head, [params, grads, mu, nu, last], [0, 2, 3, 4]))

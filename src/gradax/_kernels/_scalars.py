@@ -75,7 +75,25 @@ ADAFACTOR = ScalarTable(
     ),
 )
 
-TABLES = (ADAMW, LION, ADAFACTOR)
+MARS = ScalarTable(
+    "MarsScalar",
+    "M_",
+    "NM",
+    (
+        ("b1", "beta1"),
+        ("one_minus_b1", "1 - beta1"),
+        ("b2", "beta2"),
+        ("one_minus_b2", "1 - beta2"),
+        ("inv_c1", "1 / (1 - beta1**t)"),
+        ("inv_c2", "1 / (1 - beta2**t)"),
+        ("eps", "epsilon"),
+        ("scale", "gamma * beta1 / (1 - beta1), the weight of the gradient change"),
+        ("weight_decay", "the decay rate of decayed leaves"),
+        ("neg_lr", "-learning_rate"),
+    ),
+)
+
+TABLES = (ADAMW, LION, ADAFACTOR, MARS)
 
 
 def header() -> str:

@@ -23,3 +23,4 @@ from ._adafactor import adafactor as adafactor
 from ._adamw import adamw as adamw
 from ._common import kernel_status as kernel_status
 from ._lion import lion as lion
+from ._mars import mars as mars

@@ -2,6 +2,8 @@
 ``clip_by_global_norm`` with ``max_grad_norm``), so the oracle side builds those. ``step`` has its own contract
 tests in tests/test_fused.py (jit, vmap, grad, scan, cond, dtypes, pytree shapes, sharding)."""
 
+import jax
+
 import gradax
 
 from . import Entry
@@ -62,6 +64,23 @@ ENTRIES += [
         "fused.adafactor",
         make=_fused_adafactor(min_dim_size_to_factor=2, clipping_threshold=None, multiply_by_parameter_scale=False),
         needs_params=True,
+        inject=False,
+    ),
+]
+
+
+def _matrices(params):
+    return jax.tree.map(lambda x: len(getattr(x, "shape", ())) > 1, params)
+
+
+ENTRIES += [
+    # no Optax oracle: init and update are gradax.contrib.mars's (differentially tested in tests/contrib/)
+    Entry("fused.mars", {"learning_rate": 1e-2, "weight_decay": 0.1}, needs_params=True, oracle=False),
+    Entry(
+        "fused.mars",
+        {"learning_rate": lambda c: 1e-2 / (1.0 + c), "gamma": 0.05, "max_norm": 0.5, "mask": _matrices},
+        needs_params=True,
+        oracle=False,
         inject=False,
     ),
 ]

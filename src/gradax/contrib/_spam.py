@@ -11,9 +11,9 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Mas
 from .._checks import check_decay, check_int, check_non_negative
 from .._hyperparams import hyper_values
 from .._maps import map_n
-from .._numerics import compute_dtype, safe_int32_increment
+from .._numerics import abs_sq, compute_dtype, safe_int32_increment
 from .._state import zeros_state_like
-from ..optimizers._moments import debias_factor, ema_leaf, ema_sq_leaf
+from ..optimizers._moments import debias_factor, ema_leaf
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -67,6 +67,9 @@ def scale_by_spam(
     0.01 to 1; :math:`s_t = 1` before the first reset). Use it to train large language models through loss spikes:
     a spike is clipped instead of poisoning the moments, and the resets discard what a spike left behind.
     The paper's sparse-momentum variant (a random subset of the entries of each matrix) is not provided.
+    The momentum's bound is computed from the new second moment (at a spike
+    :math:`\theta v_{t-1} = \kappa v_t` with :math:`\kappa = \theta / (\beta_2 + (1-\beta_2)\theta)`): the same
+    numbers up to rounding, and a step that reads and writes each array as often as AdamW's.
 
     Args:
       b1: :math:`\beta_1 \in [0, 1)`, decay of the momentum.
@@ -112,6 +115,7 @@ def scale_by_spam(
         reset = jnp.mod(t, reset_interval) == 0
         clip = jnp.logical_and(t >= clip_delay, jnp.mod(t, reset_interval) >= clip_delay)
         clip = jnp.logical_and(clip, theta != 0)
+        kappa = theta / (beta2 + (1 - beta2) * theta)  # the spike bound on g^2 in units of the new second moment
         step_scale = (
             jnp.sqrt(debias_factor(beta2, t))
             / debias_factor(beta1, t)
@@ -120,14 +124,20 @@ def scale_by_spam(
 
         def leaf(g, m, v):
             gc = g.astype(compute_dtype(g.dtype))
+            sq = abs_sq(gc)
             m = jnp.where(reset, 0, m).astype(m.dtype)
             v = jnp.where(reset, 0, v).astype(v.dtype)
+            # the clipped gradient's square is min(g^2, theta v): the second moment's pass needs no square root
             bound = theta * v
-            gc = jnp.where(jnp.logical_and(clip, gc * gc > bound), jnp.sign(gc) * jnp.sqrt(bound), gc)
-            m_new = ema_leaf(gc, m, beta1, 1 - beta1)
-            v_new = ema_sq_leaf(gc, v, beta2, 1 - beta2)
+            v_new = ema_leaf(jnp.where(jnp.logical_and(clip, sq > bound), bound, sq), v, beta2, 1 - beta2)
+            v_new = v_new.astype(v.dtype)
+            # the momentum's pass reads the new second moment, not the old one (which v_new overwrites in place):
+            # theta v_{t-1} = kappa v_t at a spike, and g^2 > theta v_{t-1} exactly when g^2 > kappa v_t
+            bound = kappa * v_new
+            clipped = jnp.where(jnp.logical_and(clip, sq > bound), jnp.sign(gc) * jnp.sqrt(bound), gc)
+            m_new = ema_leaf(clipped, m, beta1, 1 - beta1).astype(m.dtype)
             u = step_scale * m_new / (jnp.sqrt(v_new) + e)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+            return u.astype(g.dtype), m_new, v_new
 
         out, mu, nu = map_n(3, leaf, updates, state.mu, state.nu)
         return out, ScaleBySpamState(count=t, mu=mu, nu=nu)

@@ -163,9 +163,36 @@ def test_leaderboard_entries_build():
     for need in ("lion", "adafactor", "schedule_free_adamw", "prodigy", "muon", "soap", "shampoo", "kron"):
         assert need in names
     assert entries[0][1] == adamw_expression(NANOGPT, 100)
+    from gradax.cli._multi import _state_with_learning_rate
+
+    task = get_task("nanogpt-tiny")
     for _, expr in entries:
-        split_learning_rate(expr)  # one learning rate each, every expression builds
+        rewritten, _ = split_learning_rate(expr)  # one learning rate each, every expression builds
         parse_optimizer(expr)
+        # and holds its learning rate in the state, as the sweep needs (Muon's ns_steps made static for it)
+        _state_with_learning_rate(parse_optimizer(rewritten).value, task, expr)
+
+
+def test_an_optimizer_without_a_learning_rate_in_its_state_is_refused_before_training(digits):
+    from gradax.cli._expr import parse_optimizer
+    from gradax.cli._multi import _state_with_learning_rate
+
+    with pytest.raises(ExpressionError, match="--sweep and --seeds need an optimizer whose learning_rate"):
+        _state_with_learning_rate(parse_optimizer("clip_by_global_norm(1.0)").value, digits, "clip_by_global_norm(1.0)")
+
+
+def test_muon_sweeps_with_its_loop_length_static(digits):
+    res = run_batched(
+        digits,
+        "contrib.muon(learning_rate=0.02)",
+        seeds=[0],
+        factors=[0.5, 1.0],
+        steps=2,
+        batch_size=4,
+        eval_every=2,
+        progress=False,
+    )
+    assert res.traces == 1 and np.all(np.isfinite(res.train_loss))
 
 
 def test_leaderboard_quick(tmp_path, capsys):

@@ -212,18 +212,33 @@ class _Builder:
 
     @staticmethod
     def try_inject(fn, args, kwargs):
-        """Build ``inject_hyperparams(fn)(...)`` so the learning rate can be read from the state; None if unsupported."""
-        try:
-            import jax
-            import jax.numpy as jnp
+        """Build ``inject_hyperparams(fn)(...)`` so the learning rate can be read from the state; None if unsupported.
 
-            opt = gradax.inject_hyperparams(fn)(*args, **kwargs)
-            # abstract: no memory for a state whose size an argument sets (lbfgs(memory_size=10**9))
-            state = jax.eval_shape(opt.init, {"w": jnp.zeros((2,), jnp.float32)})
-            gradax.tree.get(state, "learning_rate")
-            return opt
-        except Exception:  # fall back to the plain optimizer
-            return None
+        An optimizer whose loop lengths are integer arguments (Muon's ``ns_steps``) is tried again with those
+        arguments static, as its documentation asks."""
+        import inspect
+
+        import jax
+        import jax.numpy as jnp
+
+        try:
+            bound = inspect.signature(fn).bind(*args, **kwargs)
+            bound.apply_defaults()
+            counts = tuple(
+                k for k, v in bound.arguments.items() if isinstance(v, int) and not isinstance(v, bool) and k != "seed"
+            )
+        except (TypeError, ValueError):
+            counts = ()
+        for static in ((), counts) if counts else ((),):
+            try:
+                opt = gradax.inject_hyperparams(fn, static_args=static)(*args, **kwargs)
+                # abstract: no memory for a state whose size an argument sets (lbfgs(memory_size=10**9))
+                state = jax.eval_shape(opt.init, {"w": jnp.zeros((2, 2), jnp.float32)})
+                if gradax.tree.get(state, "learning_rate") is not None:
+                    return opt
+            except Exception:  # try the next way, then fall back to the plain optimizer
+                continue
+        return None
 
 
 #: Longer expressions are refused before parsing (a million-digit literal costs no time or memory).

@@ -128,7 +128,8 @@ def _state_with_learning_rate(opt: Any, task: Task, expr: str) -> Any:
     """``opt``'s state for ``task`` (abstract), which must hold a ``learning_rate`` (else an ExpressionError)."""
     try:
         probe = jax.eval_shape(opt.init, jax.eval_shape(task.init, jax.random.PRNGKey(0)))
-        gradax.tree.get(probe, "learning_rate")
+        if gradax.tree.get(probe, "learning_rate") is None:
+            raise KeyError("learning_rate")
     except Exception:  # the learning rate cannot be held in the state
         raise ExpressionError(
             "--sweep and --seeds need an optimizer whose learning_rate inject_hyperparams can hold as data; this one "

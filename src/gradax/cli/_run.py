@@ -73,8 +73,9 @@ def learning_rate_reader(state: Any) -> Callable[[Any], Any] | None:
     """A function from a state of ``state``'s structure to the learning rate its ``inject_hyperparams`` holds (an
     array, not fetched), or None when there is none (or several). Found once per run, not searched every step."""
     try:
-        gradax.tree.get(state, "learning_rate")
-    except Exception:  # no (unique) learning rate in this optimizer's state
+        if gradax.tree.get(state, "learning_rate") is None:
+            return None
+    except Exception:  # several learning rates in this optimizer's state
         return None
     return lambda s: gradax.tree.get(s, "learning_rate")
 

@@ -35,12 +35,14 @@ import numpy as np
 import gradax
 
 from .suite.report import fmt_t
-from .suite.timing import prepare_jax, summarize, time_jax, time_torch
+from .suite.timing import copy_reference, prepare_jax, summarize, time_jax, time_torch
 from .suite.trees import SIZES, gpt2_shapes, make_tree, n_params
 from .suite.workloads import Workload, torch
 
 REFRESH = 10  # SOAP's precondition_frequency, Shampoo's preconditioning_compute_steps (both libraries)
 ADAMW = "gradax_adamw"
+FUSED = "gradax_fused"  # the optimizer's gradax.fused step, where it has one
+COPY = "copy_reference"  # a donated jitted x + 1 over the tree's bytes, timed beside the fused step
 
 
 @dataclass
@@ -53,6 +55,8 @@ class Spec:
     torch_opt: Callable[[list[tuple[str, Any]], dict], Any] | None  # (named params, tree config) -> torch optimizer
     adamw_target: float  # gradax step / gradax AdamW step, at most
     interval: int = 1  # a timed repeat is a multiple of this many steps
+    fused: Callable[[Any, dict], Any] | None = None  # (gradax, tree config) -> its gradax.fused optimizer, if any
+    fused_bytes: int = 0  # bytes per parameter the fused step must move at least (its % of copy bandwidth)
 
 
 def _matrices(named: list[tuple[str, Any]]) -> tuple[list[Any], list[Any]]:
@@ -174,7 +178,17 @@ def specs() -> list[Spec]:
             _cautious_ref,
             1.25,
         ),
-        Spec("mars", lambda o, cfg: o.contrib.mars(3e-3), "pytorch_optimizer.MARS", _plain("MARS", lr=3e-3), 1.25),
+        Spec(
+            "mars",
+            lambda o, cfg: o.contrib.mars(3e-3),
+            "pytorch_optimizer.MARS",
+            _plain("MARS", lr=3e-3),
+            1.25,
+            # the norm pass reads g, last_grad (8); the kernel reads p, g, m, v, last_grad (20), writes p, m, v,
+            # last_grad (16)
+            fused=lambda o, cfg: o.fused.mars(3e-3),
+            fused_bytes=44,
+        ),
         Spec(
             "adam_mini",
             lambda o, cfg: o.contrib.adam_mini(1e-3, n_heads=cfg["heads"]),
@@ -231,12 +245,21 @@ def measure(spec: Spec, adamw: Any, params_np: dict, grads_np: dict, cfg: dict, 
             time_torch(tstep, spec.interval)
         except Exception as err:  # reported, as above
             tstep, why = None, f"{type(err).__name__}: {str(err)[:200]}"
-    times: dict[str, list[float]] = {ADAMW: [], "gradax": [], "torch": []}
+    extra: dict[str, Any] = {}  # the fused step and the copy reference timed beside it
+    if spec.fused is not None:
+        fused = spec.fused
+        extra[FUSED] = prepare_jax(Workload(spec.name, {}, lambda o: fused(o, cfg)), gradax, params_np, grads_np)
+        extra[COPY] = copy_reference(sum(np.asarray(v).size for v in params_np.values()) * 4)
+        for r in extra.values():
+            time_jax(r, spec.interval)
+    times: dict[str, list[float]] = {ADAMW: [], "gradax": [], "torch": [], **{k: [] for k in extra}}
     for _ in range(repeats):
         times[ADAMW].append(time_jax(adamw, n))
         times["gradax"].append(time_jax(run, n))
         if tstep is not None:
             times["torch"].append(time_torch(tstep, n))
+        for k, r in extra.items():
+            times[k].append(time_jax(r, n))
     out = {
         "reference": spec.reference,
         "steps_per_repeat": n,
@@ -248,7 +271,11 @@ def measure(spec: Spec, adamw: Any, params_np: dict, grads_np: dict, cfg: dict, 
     }
     if why:
         out["torch_missing"] = why
-    del run, tstep
+    if extra:
+        out["fused_bytes_per_param"] = spec.fused_bytes
+        out["params"] = sum(np.asarray(v).size for v in params_np.values())
+        out["copy_reference_bytes"] = int(extra[COPY].params.nbytes)
+    del run, tstep, extra
     gc.collect()
     return out
 
@@ -280,6 +307,29 @@ def table(result: dict) -> str:
             f"| {row['compile_s']:.1f} s | {row['state_bytes'] / adamw_bytes:.2f} |"
         )
     return "\n".join(lines)
+
+
+def fused_table(result: dict) -> str:
+    """The fused steps: time, against the XLA step and AdamW's, and the bandwidth their byte count achieves as a
+    share of the copy reference timed in the same repeats; "" when no optimizer has one."""
+    lines = [
+        "| optimizer | fused step | XLA step | fused / AdamW XLA step | B/param | GB/s | % of copy bandwidth "
+        "(target >= 80%) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in result["optimizers"].items():
+        if FUSED not in row["step_s"]:
+            continue
+        med = {k: v["median"] for k, v in row["step_s"].items()}
+        gbps = row["fused_bytes_per_param"] * row["params"] / med[FUSED] / 1e9
+        copy_gbps = 2 * row["copy_reference_bytes"] / med[COPY] / 1e9
+        pct = 100 * gbps / copy_gbps
+        lines.append(
+            f"| {name} | {fmt_t(med[FUSED])} | {fmt_t(med['gradax'])} | {med[FUSED] / med[ADAMW]:.2f}x "
+            f"| {row['fused_bytes_per_param']} | {gbps:.1f} | {pct:.0f}% ({'ok' if pct >= 80 else 'under'}; copy "
+            f"{copy_gbps:.1f} GB/s) |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -331,6 +381,9 @@ def main(argv: list[str] | None = None) -> dict:
         else None
     )
     md = table(result)
+    if fused := fused_table(result):
+        md += "\n\nFused steps (`gradax.fused`), with the copy reference (a donated `x + 1`) timed in the same repeats:\n\n"
+        md += fused
     if result["adam_mini_state_vs_adamw"] is not None:
         md += f"\n\nAdam-mini's state: {result['adam_mini_state_vs_adamw']:.3f}x AdamW's bytes (target <= 0.55x)."
     md += (

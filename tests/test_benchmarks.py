@@ -118,6 +118,17 @@ def test_beyond_quick_times_gradax_its_torch_reference_and_adamw(tmp_path):
         beyond.main(["--quick", "--only", "nope"])
 
 
+def test_beyond_times_the_fused_step_beside_a_copy_reference(tmp_path):
+    from benchmarks import beyond
+
+    out, md = tmp_path / "beyond.json", tmp_path / "beyond.md"
+    beyond.main(["--quick", "--only", "mars", "--out", str(out), "--md", str(md)])
+    row = json.loads(out.read_text())["optimizers"]["mars"]
+    assert row["step_s"][beyond.FUSED]["median"] > 0 and row["step_s"][beyond.COPY]["median"] > 0
+    assert row["fused_bytes_per_param"] == 44 and row["copy_reference_bytes"] > 0 and row["params"] > 0
+    assert "% of copy bandwidth" in md.read_text() and "| mars |" in beyond.fused_table(json.loads(out.read_text()))
+
+
 def test_beyond_every_optimizer_builds_in_gradax_and_its_reference():
     import jax
     import numpy as np

@@ -2,7 +2,7 @@
  * xla/ffi/api/c_api.h).
  *
  * gradax_mars_step: one pass over every leaf reads p, g, m, v and the previous gradient l, and writes p, m, v and
- * l = g in place (36 bytes per float32 parameter; XLA's one-kernel-per-output passes move 56, plus the norm). The
+ * l = g in place (36 bytes per float32 parameter; XLA's one-kernel-per-output passes move 64, plus the norm). The
  * per-leaf clipping factor of the corrected gradient needs the whole leaf first: XLA computes it before the call,
  * with the very code of scale_by_mars (gradax.contrib._mars.mars_clip: one fused reduction reading g and l), so the
  * kernel sees the same factor, bit for bit. Operands:

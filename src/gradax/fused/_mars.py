@@ -61,7 +61,7 @@ def mars(
     them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend it is one reduction per leaf (the
     norm of the corrected gradient, computed by XLA with ``update``'s own code) and then one multithreaded C kernel
     over every leaf, writing the params, both moments and the kept gradient in place: 44 bytes per float32
-    parameter, where XLA's passes move 64. It takes trees whose params, grads and state are float32, and its results
+    parameter, where XLA's passes move 72. It takes trees whose params, grads and state are float32, and its results
     are bit for bit those of ``update`` + ``apply_updates`` compiled by XLA:CPU. For other dtypes, with
     ``cautious_weight_decay``, on GPU, with several devices under ``jit`` (GSPMD sharding), under
     ``jax_enable_x64`` or without a C compiler ``step`` is ``update`` followed by ``apply_updates``, and so are

@@ -11,8 +11,9 @@ from .._base import GradientTransformation, GradientTransformationExtraArgs, Mas
 from .._checks import check_decay, check_non_negative, check_positive
 from .._hyperparams import hyper_values
 from .._maps import map_n
-from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
+from .._numerics import abs_sq, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from .._state import zeros_state_like
+from ..optimizers._adafactor import clip_divisor
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -36,10 +37,23 @@ def _factored(shape) -> bool:
     return len(shape) >= 2
 
 
-def _rsqrt_factors(row: jax.Array, col: jax.Array) -> jax.Array:
-    """:math:`1/\\sqrt{\\hat V}` with :math:`\\hat V = r c^\\top / \\mathrm{mean}(r)` over the last two axes."""
+def _rsqrt_factors(row: jax.Array, col: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The row and column factors of :math:`1/\\sqrt{\\hat V}`, :math:`\\hat V = r c^\\top / \\mathrm{mean}(r)` over the last
+    two axes, shaped to broadcast against the matrix (the matrix itself is never formed)."""
     r = jax.lax.rsqrt(row / jnp.mean(row, axis=-1, keepdims=True))
-    return r[..., :, None] * jax.lax.rsqrt(col)[..., None, :]
+    return r[..., :, None], jax.lax.rsqrt(col)[..., None, :]
+
+
+def _own(copies: int, *xs: jax.Array) -> list[tuple[jax.Array, ...]]:
+    """``copies`` copies of ``xs``, as values XLA cannot merge with one another nor with ``xs`` (one optimization
+    barrier; nothing is copied in memory).
+
+    Each reduction of a step gets its own copy of the arrays it reads: XLA then fuses the elementwise expression
+    (and the broadcasts of the row and column factors) into that reduction's single pass, instead of storing a
+    shared matrix-sized temporary (XLA:CPU's reductions do not take an expression another kernel also uses).
+    """
+    out = jax.lax.optimization_barrier(xs * copies)
+    return [out[i * len(xs) : (i + 1) * len(xs)] for i in range(copies)]
 
 
 def scale_by_came(
@@ -132,34 +146,34 @@ def scale_by_came(
             if np.size(g) == 0:  # an empty leaf: its statistics would be means over nothing (0/0); keep them
                 return g, m, vr, vc, v, rr, rc
             gc = g.astype(compute_dtype(g.dtype))
-            sq = gc * gc + e1
-            if _factored(g.shape):
-                vr_new = beta2 * vr + (1 - beta2) * jnp.mean(sq, axis=-1)
-                vc_new = beta2 * vc + (1 - beta2) * jnp.mean(sq, axis=-2)
-                v_new = v
-                u = gc * _rsqrt_factors(vr_new, vc_new)
-            else:
-                vr_new, vc_new = vr, vc
-                v_new = beta2 * v + (1 - beta2) * sq
+            if not _factored(g.shape):
+                v_new = (beta2 * v + (1 - beta2) * (abs_sq(gc) + e1)).astype(v.dtype)
                 u = gc * jax.lax.rsqrt(v_new)
-            u = u / jnp.maximum(1.0, jnp.sqrt(jnp.mean(u * u)) / d)
-            m_new = beta1 * m + (1 - beta1) * u
-            if _factored(g.shape):
-                res = (u - m_new) ** 2 + e2
-                rr_new = beta3 * rr + (1 - beta3) * jnp.mean(res, axis=-1)
-                rc_new = beta3 * rc + (1 - beta3) * jnp.mean(res, axis=-2)
-                out = m_new * _rsqrt_factors(rr_new, rc_new)
-            else:
-                rr_new, rc_new, out = rr, rc, m_new
-            return (
-                out.astype(g.dtype),
-                m_new.astype(m.dtype),
-                vr_new.astype(vr.dtype),
-                vc_new.astype(vc.dtype),
-                v_new.astype(v.dtype),
-                rr_new.astype(rr.dtype),
-                rc_new.astype(rc.dtype),
-            )
+                u = u / clip_divisor(jnp.mean(abs_sq(u)), d)
+                m_new = (beta1 * m + (1 - beta1) * u).astype(m.dtype)
+                return m_new.astype(g.dtype), m_new, vr, vc, v_new, rr, rc
+            # mean(g^2 + eps1) as mean(g^2) + eps1; every reduction below is one pass over what it reads
+            row = jnp.mean(abs_sq(gc), axis=-1)
+            ((g_col,),) = _own(1, gc)
+            col = jnp.mean(abs_sq(g_col), axis=-2)
+            vr_new = (beta2 * vr + (1 - beta2) * (row + e1)).astype(vr.dtype)
+            vc_new = (beta2 * vc + (1 - beta2) * (col + e1)).astype(vc.dtype)
+            r, c = _rsqrt_factors(vr_new, vc_new)
+            # the update u = g r c is never stored: sum(u^2) = sum_i r_i^2 sum_j g_ij^2 c_j^2
+            ((g_sq, c_sq),) = _own(1, gc, c)
+            sum_sq = jnp.sum(jnp.sum(abs_sq(g_sq) * jnp.square(c_sq), axis=-1) * jnp.square(r[..., 0]))
+            r = r / clip_divisor(sum_sq / gc.size, d)
+            m_new = (beta1 * m + (1 - beta1) * (gc * r * c)).astype(m.dtype)
+            # the instability's reductions read the stored new momentum (the old one is overwritten in place);
+            # mean((u - m)^2 + eps2) as mean((u - m)^2) + eps2
+            (g_row, r_row, c_row), (g_col, r_col, c_col) = _own(2, gc, r, c)
+            row = jnp.mean(abs_sq(g_row * r_row * c_row - m_new), axis=-1) + e2
+            col = jnp.mean(abs_sq(g_col * r_col * c_col - m_new), axis=-2) + e2
+            rr_new = (beta3 * rr + (1 - beta3) * row).astype(rr.dtype)
+            rc_new = (beta3 * rc + (1 - beta3) * col).astype(rc.dtype)
+            r_res, c_res = _rsqrt_factors(rr_new, rc_new)
+            out = m_new * r_res * c_res
+            return out.astype(g.dtype), m_new, vr_new, vc_new, v, rr_new, rc_new
 
         out, mu, nu_row, nu_col, nu, res_row, res_col = map_n(
             7, leaf, updates, state.mu, state.nu_row, state.nu_col, state.nu, state.res_row, state.res_col

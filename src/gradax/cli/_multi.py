@@ -183,7 +183,7 @@ def _sweep_step(task: Task, opt: Any, schedule: Any, lr_dtype: Any, traces: list
     def batched(params, opt_state, xb, yb, factor, count):
         if not branching:
             return jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None))(params, opt_state, xb, yb, factor, count)
-        return jax.lax.map(lambda a: one(*a, count), (params, opt_state, xb, yb, factor))
+        return jax.lax.map(lambda a: one(a[0], a[1], a[2], a[3], a[4], count), (params, opt_state, xb, yb, factor))
 
     return jax.jit(batched, donate_argnums=(0, 1), compiler_options=step_compiler_options())
 

@@ -124,7 +124,7 @@ def adafactor(
     # a learning rate that is a constant of the program: XLA folds it into the parameter scale (or the final -1)
     lr_constant = lr_tx is not None and is_concrete(learning_rate)
 
-    def update_scales(state: Any, dividers: list, param_scales: list) -> list[dict[str, jax.Array]]:
+    def update_scales(state: Any, dividers: list, param_scales: list) -> list[dict[str, Any]]:
         """Per leaf, the kernel's scalars ``first_scale``, ``second_scale``, ``last_scale`` (s1, s2, s3 of
         ``p - ((u s1) s2) s3``, ``u = (g x) y``) as XLA:CPU's algebraic simplifier groups the chain's factors (the
         clipping's divisor as its reciprocal, the learning rate, the parameters' RMS, a constant learning rate folded
@@ -166,6 +166,7 @@ def adafactor(
         per_row, per_col, b_first, dividers = [], [], [], []
         for i in picked:
             dims = dims_of(p_leaves[i])
+            assert dims is not None  # the picked leaves are the factored matrices
             new_rows[i], new_cols[i], row_factor, col_factor = factored_moments(
                 g_leaves[i], rows[i], cols[i], beta, e, dims
             )

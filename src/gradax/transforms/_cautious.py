@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import ClosedJaxpr, Jaxpr, jaxpr_as_fun, jaxprs_in_params
+from jax.extend.core import ClosedJaxpr, Jaxpr, jaxpr_as_fun
 
 from .._base import (
     GradientTransformation,
@@ -40,6 +40,16 @@ ELEMENTWISE = frozenset(
 CALLS = frozenset("pjit jit closed_call core_call custom_jvp_call custom_vjp_call custom_vjp_call_jaxpr remat".split())
 
 
+def _sub_jaxprs(params: dict) -> list[Jaxpr | ClosedJaxpr]:
+    """The jaxprs an equation's parameters hold (jax.extend.core.jaxprs_in_params, which JAX 0.5.3 lacks)."""
+    return [
+        sub
+        for value in params.values()
+        for sub in (value if isinstance(value, (tuple, list)) else (value,))
+        if isinstance(sub, (Jaxpr, ClosedJaxpr))
+    ]
+
+
 def elementwise(jaxpr: Jaxpr | ClosedJaxpr) -> bool:
     """Whether every operation of ``jaxpr`` on arrays (anything but scalars) is element-wise: evaluating it a second
     time then costs one more fused pass over its inputs, never a second reduction, product or loop."""
@@ -47,7 +57,7 @@ def elementwise(jaxpr: Jaxpr | ClosedJaxpr) -> bool:
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         if name in CALLS:
-            if not all(elementwise(sub) for sub in jaxprs_in_params(eqn.params)):
+            if not all(elementwise(sub) for sub in _sub_jaxprs(eqn.params)):
                 return False
             continue
         avals = [getattr(v, "aval", None) for v in (*eqn.invars, *eqn.outvars)]

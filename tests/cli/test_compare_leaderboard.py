@@ -163,14 +163,17 @@ def test_leaderboard_entries_build():
     for need in ("lion", "adafactor", "schedule_free_adamw", "prodigy", "muon", "soap", "shampoo", "kron"):
         assert need in names
     assert entries[0][1] == adamw_expression(NANOGPT, 100)
-    from gradax.cli._multi import _state_with_learning_rate
+    import jax
+
+    from gradax.cli._multi import _nbytes, _state_with_learning_rate
 
     task = get_task("nanogpt-tiny")
     for _, expr in entries:
         rewritten, _ = split_learning_rate(expr)  # one learning rate each, every expression builds
         parse_optimizer(expr)
         # and holds its learning rate in the state, as the sweep needs (Muon's ns_steps made static for it)
-        _state_with_learning_rate(parse_optimizer(rewritten).value, task, expr)
+        probe = _state_with_learning_rate(parse_optimizer(rewritten).value, task, expr)
+        assert sum(_nbytes(x) for x in jax.tree.leaves(probe)) > 0  # APOLLO's state holds a typed PRNG key
 
 
 def test_an_optimizer_without_a_learning_rate_in_its_state_is_refused_before_training(digits):

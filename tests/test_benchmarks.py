@@ -87,6 +87,18 @@ def test_results_md_and_readme_show_results_json():
     assert current.main(["--check"]) == 0, "run python -m benchmarks.suite.current"
 
 
+def test_readme_and_docs_show_the_published_leaderboard():
+    """The README's leaderboard is generated from benchmarks/leaderboard/leaderboard.md, which the docs page
+    includes, and the plots it shows are there."""
+    from benchmarks import leaderboard
+
+    assert leaderboard.main(["--check"]) == 0, "run python -m benchmarks.leaderboard RUN_FOLDER"
+    page = (leaderboard.ROOT / "docs" / "guides" / "leaderboard.md").read_text()
+    assert '--8<-- "benchmarks/leaderboard/leaderboard.md"' in page
+    for plot in leaderboard.PLOTS:
+        assert (leaderboard.IMAGES / plot).is_file() and f"img/leaderboard/{plot}" in page
+
+
 def test_merge_replaces_the_workloads_of_a_run_and_keeps_the_others():
     from benchmarks.suite import current
 

@@ -187,3 +187,13 @@ def test_collective_bytes_reads_the_compiled_program():
     match = _COLLECTIVE.search(line)
     assert match.group("op") == "all-gather" and match.group("shape").startswith("f32[8,4]")
     assert [_hlo_itemsize(t) for t in ("f32", "bf16", "pred", "s8", "c64")] == [4, 2, 1, 1, 8]
+
+
+def test_bytes_per_device_counts_a_typed_prng_key_by_its_key_data():
+    """APOLLO's state holds a typed key: its bytes are the key data's (2 uint32 for threefry), concrete or abstract."""
+    import gradax
+
+    key = jax.random.key(0)
+    assert gradax.sharding.bytes_per_device({"k": key, "a": jnp.zeros(3)}) == 8 + 12
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 4))
+    assert gradax.sharding.bytes_per_device(keys) == 4 * 8

@@ -147,13 +147,6 @@ def _initial_runs(task: Task, opt: Any, seeds: list[int], n_f: int) -> tuple[Any
     return params, _strong(jax.vmap(opt.init)(params))
 
 
-def _nbytes(x: Any) -> int:
-    """Bytes of an (abstract) array; a typed PRNG key (APOLLO's state holds one) counts its key data."""
-    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        x = jax.eval_shape(jax.random.key_data, x)
-    return int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
-
-
 def _branches(jaxpr: Any) -> bool:
     """Whether a jaxpr, or one nested in it (a loop's body, a pjit's callee), holds a ``cond``/``switch``."""
     for eqn in jaxpr.eqns:
@@ -213,7 +206,7 @@ def run_batched(
     n_f = len(factors)
     runs = len(seeds) * n_f
     probe = _state_with_learning_rate(opt, task, expr)
-    state_bytes = sum(_nbytes(x) for x in jax.tree.leaves(probe))
+    state_bytes = gradax.sharding.bytes_per_device(probe)
     grid = np.arange(steps, dtype=np.int32)
     base_lr = float(np.max(np.asarray(jax.vmap(lambda c: _lr_at(schedule, c))(grid)))) if steps else None
     params, opt_state = _initial_runs(task, opt, seeds, n_f)

@@ -315,6 +315,14 @@ def fallbacks(
     return _plan(optimizer, params, param_shardings, zero_axis)[1]
 
 
+def _itemsize(dtype: Any) -> int:
+    """Bytes per element; a typed PRNG key (APOLLO's and Kron's states may hold one) counts its key data."""
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct((), dtype))
+        return math.prod(data.shape) * np.dtype(data.dtype).itemsize
+    return np.dtype(dtype).itemsize
+
+
 def bytes_per_device(tree: Any, shardings: Any = None) -> int:
     """The most bytes that any one device holds of ``tree``.
 
@@ -338,7 +346,7 @@ def bytes_per_device(tree: Any, shardings: Any = None) -> int:
     held: dict[Any, int] = {}
     whole = 0
     for x, sharding in zip(leaves, given):
-        itemsize = np.dtype(x.dtype).itemsize
+        itemsize = _itemsize(x.dtype)
         if isinstance(x, jax.Array) and shardings is None:
             for shard in x.addressable_shards:
                 held[shard.device] = held.get(shard.device, 0) + shard.data.size * itemsize

@@ -140,6 +140,32 @@ def test_compare_seeds_sweep_target(tmp_path, capsys):
     assert all(r["seeds"] == 2 for r in data["ranked"])
 
 
+def test_a_failing_optimizer_is_recorded_and_the_others_still_ranked(tmp_path, capsys, monkeypatch):
+    import gradax.cli._leaderboard as lb
+
+    real = lb.run_batched
+
+    def flaky(task, expr, **kw):
+        if expr.startswith("sgd"):
+            raise RuntimeError("out of memory\nsecond line")
+        return real(task, expr, **kw)
+
+    monkeypatch.setattr(lb, "run_batched", flaky)
+    out = tmp_path / "c"
+    argv = ["compare", "--task", "digits", "--steps", "2", "--target", "9", "--eval-every", "1", "--quiet"]
+    assert main([*argv, "--out", str(out), "adam(1e-3)", "sgd(0.5)", "adam(2e-3)"]) == 0
+    text = capsys.readouterr().out
+    assert "sgd(0.5) failed, left out of the ranking: RuntimeError: out of memory" in text
+    data = json.loads((out / "results.json").read_text())
+    assert [r["optimizer"] for r in data["ranked"]] != [] and len(data["ranked"]) == 2
+    assert data["failed"] == [{"name": "sgd(0.5)", "optimizer": "sgd(0.5)", "error": "RuntimeError: out of memory"}]
+    assert "Failed, not ranked:" in (out / "results.md").read_text()
+    monkeypatch.setattr(lb, "run_batched", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert main([*argv, "--out", str(tmp_path / "d"), "adam(1e-3)", "sgd(0.5)"]) == 2
+    assert "every optimizer failed: adam(1e-3): RuntimeError: boom" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
 def test_compare_multi_refusals(tmp_path, capsys):
     assert main(["compare", "--seeds", "2", "--task", "digits", "adam(1e-3)"]) == 2
     assert "compare needs at least two optimizer expressions" in capsys.readouterr().err

@@ -69,24 +69,38 @@ def run_many(
     folder = RunFolder.create(out, overwrite=overwrite)
     try:
         folder.write_config(config)
-        results, all_rows = [], []
+        results, all_rows, failed = [], [], []
+        kept_exprs, kept_names = [], []
         for i, (expr, name) in enumerate(zip(exprs, names), start=1):
             label = f"[{i}/{len(exprs)}] {name} "
             if quiet:
                 _say(f"{label}...")
-            res = run_batched(
-                task,
-                expr,
-                seeds=seeds,
-                factors=factors,
-                steps=steps,
-                batch_size=batch_size,
-                eval_every=eval_every,
-                label=label,
-                progress=not quiet,
-            )
+            try:
+                res = run_batched(
+                    task,
+                    expr,
+                    seeds=seeds,
+                    factors=factors,
+                    steps=steps,
+                    batch_size=batch_size,
+                    eval_every=eval_every,
+                    label=label,
+                    progress=not quiet,
+                )
+            except (LeaderboardError, KeyboardInterrupt):
+                raise
+            except Exception as e:  # one optimizer's failure must not lose the others' runs
+                reason = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                _say(f"{label}failed, left out of the ranking: {reason}")
+                failed.append({"name": name, "optimizer": expr, "error": reason})
+                continue
             results.append(res)
             all_rows.append(summarize(res, None))
+            kept_exprs.append(expr)
+            kept_names.append(name)
+        if not results:
+            raise LeaderboardError("every optimizer failed: " + "; ".join(f"{f['name']}: {f['error']}" for f in failed))
+        exprs, names = kept_exprs, kept_names
         if target == "first":
             first = best_row(all_rows[0])["final_test_loss_mean"]
             target = first if math.isfinite(first) else None
@@ -98,10 +112,13 @@ def run_many(
             best.append((row, res, name))
         best.sort(key=lambda b: ranking_key(b[0]))
         table = ranked_table([b[0] for b in best], target)
+        if failed:
+            table += "\n\nFailed, not ranked:\n\n" + "\n".join(f"- `{f['optimizer']}`: {f['error']}" for f in failed)
         folder.file("results.md").write_text(table + "\n")
         folder.file("sweep.md").write_text(sweep_table(all_rows) + "\n")
         folder.file("results.json").write_text(
-            json.dumps({"target": target, "ranked": [b[0] for b in best], "all": all_rows}, indent=2) + "\n"
+            json.dumps({"target": target, "ranked": [b[0] for b in best], "all": all_rows, "failed": failed}, indent=2)
+            + "\n"
         )
         np.savez_compressed(
             folder.file("runs.npz"),

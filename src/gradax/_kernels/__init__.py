@@ -66,6 +66,7 @@ ADAMW_SCALARS = _scalars.ADAMW.names
 LION_SCALARS = _scalars.LION.names
 ADAFACTOR_SCALARS = _scalars.ADAFACTOR.names
 MARS_SCALARS = _scalars.MARS.names
+CAUTIOUS_ADAMW_SCALARS = _scalars.CAUTIOUS_ADAMW.names
 SCALARS_HEADER = "fused_scalars.h"  # generated into the build directory by _scalars.header()
 
 
@@ -438,3 +439,18 @@ def mars_step(
     """
     head = lambda part: (scalars, clip[part], decay[part])
     return tuple(_call_per_leaves("gradax_mars_step", head, [params, grads, mu, nu, last], [0, 2, 3, 4]))
+
+
+def cautious_adamw_step(
+    scalars: jax.Array, decay: jax.Array, params: list, grads: list, mu: list, nu: list
+) -> tuple[list, list, list]:
+    """One in-place ``cautious(adamw)`` step over float32 leaves: a read-only pass counting each leaf's elements
+    whose update agrees with the gradient, then the AdamW pass keeping only those, rescaled. Returns the new params,
+    first and second moments.
+
+    ``scalars`` is float32[len(CAUTIOUS_ADAMW_SCALARS)], ``decay`` float32[len(params)] (1 where a leaf is
+    decayed). The results alias the params and moments (donate them to update in place; otherwise XLA copies them
+    first). Each call takes whole leaves, so each leaf's count is complete within it.
+    """
+    head = lambda part: (scalars, decay[part])
+    return tuple(_call_per_leaves("gradax_cautious_adamw_step", head, [params, grads, mu, nu], [0, 2, 3]))

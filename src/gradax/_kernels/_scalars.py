@@ -93,7 +93,28 @@ MARS = ScalarTable(
     ),
 )
 
-TABLES = (ADAMW, LION, ADAFACTOR, MARS)
+CAUTIOUS_ADAMW = ScalarTable(
+    "CautiousScalar",
+    "CA_",
+    "NCA",
+    (
+        ("b1", "beta1"),
+        ("one_minus_b1", "1 - beta1"),
+        ("b2", "beta2"),
+        ("one_minus_b2", "1 - beta2"),
+        ("c1", "1 - beta1**t"),
+        ("c1_next", "1 - beta1**(t+1) (Nesterov)"),
+        ("c2", "1 - beta2**t"),
+        ("eps", "epsilon"),
+        ("eps_root", "epsilon inside the square root"),
+        ("weight_decay", "the decay rate of decayed leaves"),
+        ("neg_lr", "-learning_rate"),
+        ("nesterov", "1 for NAdamW"),
+        ("divides", "1: divide by c1, c2 (a tree of several leaves), 0: multiply by 1/c1, 1/c2 (one leaf)"),
+    ),
+)
+
+TABLES = (ADAMW, LION, ADAFACTOR, MARS, CAUTIOUS_ADAMW)
 
 
 def header() -> str:

@@ -21,6 +21,7 @@ results.
 from .._fused_step import FusedGradientTransformation as FusedGradientTransformation
 from ._adafactor import adafactor as adafactor
 from ._adamw import adamw as adamw
+from ._cautious import cautious_adamw as cautious_adamw
 from ._common import kernel_status as kernel_status
 from ._lion import lion as lion
 from ._mars import mars as mars

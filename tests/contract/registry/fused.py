@@ -84,3 +84,15 @@ ENTRIES += [
         inject=False,
     ),
 ]
+
+ENTRIES += [
+    # no Optax oracle: init and update are gradax.cautious(gradax.adamw(...))'s (tests/transforms/test_cautious.py)
+    Entry("fused.cautious_adamw", {"learning_rate": 1e-2, "weight_decay": 0.1}, needs_params=True, oracle=False),
+    Entry(
+        "fused.cautious_adamw",
+        {"learning_rate": lambda c: 1e-2 / (1.0 + c), "nesterov": True, "eps_root": 1e-8, "mask": _matrices},
+        needs_params=True,
+        oracle=False,
+        inject=False,
+    ),
+]

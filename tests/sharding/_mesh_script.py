@@ -3,6 +3,7 @@ Muon with FSDP-sharded matrices. Prints one JSON line of measurements."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import jax
@@ -25,21 +26,30 @@ def _grads(params, steps):
     return [jax.tree.map(lambda x, k=k: jnp.sin(x * (1.0 + k)) * 0.1, params) for k in range(steps)]
 
 
-def run(opt, params, param_shardings, zero_axis, steps=3):
-    """Sharded and unsharded runs of ``steps`` steps; what the sharded one holds, keeps and communicates."""
+def run(opt, params, param_shardings, zero_axis, steps=3, bucket_bytes=None):
+    """Sharded and unsharded runs of ``steps`` steps; what the sharded one holds, keeps and communicates.
+
+    With ``bucket_bytes`` the sharded step applies the updates with ``gradax.sharding.apply_updates_zero1``."""
 
     def step(p, s, g):
         u, s = opt.update(g, s, p)
         return gradax.apply_updates(p, u), s
 
+    def zero_step(p, s, g):
+        u, s = opt.update(g, s, p)
+        return gradax.sharding.apply_updates_zero1(
+            p, u, param_shardings, zero_axis=zero_axis, bucket_bytes=bucket_bytes
+        ), s
+
     shardings = state_shardings(opt, params, param_shardings, zero_axis=zero_axis)
     init = jax.jit(opt.init, out_shardings=shardings)
-    jstep = jax.jit(step, out_shardings=(param_shardings, shardings))
+    jstep = jax.jit(step if bucket_bytes is None else zero_step, out_shardings=(param_shardings, shardings))
     p = jax.device_put(params, param_shardings)
     state = init(p)
     kept = True
     grads = _grads(params, steps)
     comm = collective_bytes(jstep, p, state, jax.device_put(grads[0], param_shardings))
+    text = jstep.lower(p, state, jax.device_put(grads[0], param_shardings)).compile().as_text()
     for g in grads:
         p, state = jstep(p, state, jax.device_put(g, param_shardings))
         kept &= all(
@@ -67,6 +77,8 @@ def run(opt, params, param_shardings, zero_axis, steps=3):
         "scalar_bytes": scalars,
         "param_bytes": sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)),
         "collectives": comm,
+        "all_gathers": text.count(" all-gather("),
+        "digest": hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in got)).hexdigest(),
     }
 
 
@@ -111,6 +123,13 @@ def main():
         "adamw_zero1": run(adamw, params, replicated, "data"),
         "adamw_fsdp": run(adamw, params, fsdp, None),
         "adamw_fsdp_zero1": run(adamw, params, fsdp, "data"),
+        "adamw_zero1_buckets": run(adamw, params, replicated, "data", bucket_bytes=1 << 20),
+        "adamw_zero1_per_leaf": run(adamw, params, replicated, "data", bucket_bytes=0),
+        "adamw_zero1_explicit": run(adamw, params, NamedSharding(jax.make_mesh((8,), ("data",)), P()), "data"),
+        "adamw_zero1_buckets_explicit": run(
+            adamw, params, NamedSharding(jax.make_mesh((8,), ("data",)), P()), "data", bucket_bytes=1 << 20
+        ),
+        "adamw_fsdp_zero1_buckets": run(adamw, params, fsdp, "data", bucket_bytes=1 << 20),
         "muon_fsdp": run(muon, params, fsdp, None),
         "muon_fsdp_zero1": run(muon, params, fsdp, "data"),
         "nnx": nnx_recipe(data),

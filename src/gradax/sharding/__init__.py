@@ -9,3 +9,4 @@ from ._shardings import bytes_per_device as bytes_per_device
 from ._shardings import collective_bytes as collective_bytes
 from ._shardings import fallbacks as fallbacks
 from ._shardings import state_shardings as state_shardings
+from ._zero import apply_updates_zero1 as apply_updates_zero1

@@ -60,14 +60,14 @@ def _entry(axes: tuple[str, ...]) -> Any:
     return axes[0] if len(axes) == 1 else axes
 
 
-def _param_shardings(params: Any, param_shardings: Any) -> list[NamedSharding]:
+def _param_shardings(params: Any, param_shardings: Any, api: str = _API) -> list[NamedSharding]:
     """One NamedSharding per params leaf (``param_shardings`` may be a prefix, or None to read the params')."""
     leaves = jax.tree.leaves(params)
     if param_shardings is None:
         found = [s for s in (getattr(p, "sharding", None) for p in leaves) if isinstance(s, NamedSharding)]
         if len(found) != len(leaves):
             raise argument_error(
-                _API,
+                api,
                 "param_shardings",
                 "given when the params do not all carry a NamedSharding",
                 None,
@@ -77,11 +77,11 @@ def _param_shardings(params: Any, param_shardings: Any) -> list[NamedSharding]:
     try:
         out = jax.tree.leaves(jax.tree.broadcast(param_shardings, params))
     except (ValueError, TypeError):
-        raise tree_mismatch_error(_API, "param_shardings", params, param_shardings, prefix_ok=True) from None
+        raise tree_mismatch_error(api, "param_shardings", params, param_shardings, prefix_ok=True) from None
     bad = [s for s in out if not isinstance(s, NamedSharding)]
     if bad:
         raise argument_error(
-            _API,
+            api,
             "param_shardings",
             "a NamedSharding or a tree of them",
             bad[0],
@@ -211,27 +211,35 @@ def _place(
     return PartitionSpec(*(_entry(a) for a in placed))
 
 
-def _plan(optimizer: Any, params: Any, param_shardings: Any, zero_axis: str | None):
-    shardings = _param_shardings(params, param_shardings)
+def _mesh_of(
+    params: Any, param_shardings: Any, zero_axis: str | None, api: str = _API
+) -> tuple[list[NamedSharding], Any, dict[str, int]]:
+    """The params' shardings (one per leaf), their one mesh and its axis sizes, with ``zero_axis`` checked."""
+    shardings = _param_shardings(params, param_shardings, api)
     if not shardings:
         raise argument_error(
-            _API, "params", "a tree with at least one array", params, "The mesh is read from the params' shardings"
+            api, "params", "a tree with at least one array", params, "The mesh is read from the params' shardings"
         )
     mesh = shardings[0].mesh
     for s in shardings[1:]:
         if s.mesh != mesh:
             raise argument_error(
-                _API, "param_shardings", "on one mesh", s.mesh, "Build every NamedSharding with the same Mesh"
+                api, "param_shardings", "on one mesh", s.mesh, "Build every NamedSharding with the same Mesh"
             )
     mesh_sizes = dict(mesh.shape)
     if zero_axis is not None and zero_axis not in mesh_sizes:
         raise argument_error(
-            _API,
+            api,
             "zero_axis",
             f"an axis name of the mesh {tuple(mesh_sizes)}",
             zero_axis,
             "Pass one of the mesh's axis names, or None for no ZeRO-1 split",
         )
+    return shardings, mesh, mesh_sizes
+
+
+def _plan(optimizer: Any, params: Any, param_shardings: Any, zero_axis: str | None):
+    shardings, mesh, mesh_sizes = _mesh_of(params, param_shardings, zero_axis)
     abstract = jax.eval_shape(optimizer.init, params)
     owners = _owners(abstract, params)
     pleaves = jax.tree.leaves(params)

@@ -6,4 +6,5 @@ COVERED = {
     "sharding.Fallback": "tests/sharding/test_state_shardings.py",
     "sharding.bytes_per_device": "tests/sharding/test_state_shardings.py",
     "sharding.collective_bytes": "tests/sharding/test_state_shardings.py",
+    "sharding.apply_updates_zero1": "tests/sharding/test_zero.py",
 }

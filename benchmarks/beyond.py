@@ -177,6 +177,9 @@ def specs() -> list[Spec]:
             "heavyball.AdamW(caution=True)",
             _cautious_ref,
             1.25,
+            # the counting pass reads p, g, m, v (16); the AdamW pass reads p, g, m, v (16), writes p, m, v (12)
+            fused=lambda o, cfg: o.fused.cautious_adamw(1e-3, weight_decay=1e-4),
+            fused_bytes=44,
         ),
         Spec(
             "mars",

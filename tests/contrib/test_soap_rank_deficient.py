@@ -82,3 +82,33 @@ def test_soap_updates_follow_the_gradients_not_their_rounding():
     rounded = run([g * (1 + 1e-7 * rng.normal(size=g.shape)).astype(np.float32) for g in grads])
     for x, y in zip(plain, rounded):
         np.testing.assert_allclose(x, y, atol=1e-4)
+
+
+def test_a_batch_gets_what_each_factor_gets_alone():
+    # the repairs run for a whole batch (factors of one size, across leaves) once any of them is rank-deficient;
+    # a full-rank factor in that batch must come out as it does alone
+    rng = np.random.default_rng(4)
+    full, deficient = _gram(rng, 6, 12), _gram(rng, 6, 2)
+    both = jnp.asarray(np.stack([full, deficient]))
+    alone = [np.asarray(_eigenbasis(jnp.asarray(s))) for s in (full, deficient)]
+    np.testing.assert_allclose(np.asarray(_eigenbasis(both)), np.stack(alone), atol=1e-5)
+    q = _eigenbasis(jnp.asarray(np.stack([_gram(rng, 6, 12), _gram(rng, 6, 3)])))
+    s = np.stack([_gram(rng, 6, 12), 0.9 * deficient + _gram(rng, 6, 1)])
+    (got,) = _power_qr((jnp.asarray(s),), (q,))
+    want = np.stack([_refresh(s[k], q[k]) for k in range(2)])
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
+
+
+def test_leaves_sharing_a_factor_size_are_refreshed_as_one_batch_as_if_alone():
+    rng = np.random.default_rng(5)
+    tx = contrib.scale_by_soap(precondition_frequency=2)
+    shapes = {"tall": (6, 2), "wide": (2, 6), "full": (6, 6)}
+    grads = [{k: jnp.asarray(rng.normal(size=s).astype(np.float32)) for k, s in shapes.items()} for _ in range(5)]
+    update = jax.jit(tx.update)
+    state = tx.init(grads[0])
+    alone = {k: tx.init(grads[0][k]) for k in shapes}
+    for g in grads:
+        u, state = update(g, state)
+        for k in shapes:
+            uk, alone[k] = update(g[k], alone[k])
+            np.testing.assert_allclose(np.asarray(u[k]), np.asarray(uk), atol=1e-5)

@@ -56,6 +56,32 @@ def inverse_root(s: jax.Array, p: int, ridge: ArrayLike) -> jax.Array:
     return jnp.matmul(v * w, v.T, precision=jax.lax.Precision.HIGHEST)
 
 
+def _inverse_roots(now: jax.Array, keys: list, stats: list, roots: list, ridge: jax.Array) -> list:
+    """``roots`` as they are, or (when ``now``) the inverse roots of ``stats`` (``(n, b, b)`` arrays, the exponent in
+    each's ``key``): one cond for the whole tree, the blocks of one size and exponent computed as one batch."""
+    groups: dict[tuple, list[int]] = {}
+    for k, key in enumerate(keys):
+        groups.setdefault(key, []).append(k)
+
+    def compute(ss):
+        out = list(ss)
+        for (p, _, _), ks in groups.items():
+            # the Newton iteration is matmuls, batched; an eigendecomposition goes one block at a time: jaxlib's
+            # CPU LAPACK kernels split a batch over XLA's thread pool and block a pool thread on it, which
+            # deadlocked inside lax.map/lax.scan loops (see _soap._per_matrix)
+            def one(m, p=p):
+                return inverse_root(m, p, ridge.astype(m.dtype))
+
+            blocks = jnp.concatenate([ss[k] for k in ks])
+            got = jax.vmap(one)(blocks) if p in _NEWTON_EXPONENTS else jax.lax.map(one, blocks)
+            ends = np.cumsum([ss[k].shape[0] for k in ks])
+            for k, part in zip(ks, jnp.split(got, ends[:-1])):
+                out[k] = part.astype(roots[k].dtype)
+        return out
+
+    return jax.lax.cond(now, lambda ss, rs: compute(ss), lambda ss, rs: list(rs), list(stats), list(roots))
+
+
 class _Blocks(NamedTuple):
     """The blocks of a leaf: its :class:`Layout`, then each tensor axis cut into ``n`` blocks of ``b`` (padded)."""
 
@@ -211,34 +237,45 @@ def scale_by_shampoo(
         new_roots = t % preconditioning_compute_steps == 0
         preconditioning = t >= start_preconditioning_step
 
-        def leaf(g, mom, gmom, gnu, stats, roots, dims):
+        ridge = as_value(matrix_eps, compute_dtype(beta2.dtype))
+
+        def gather(g, mom, gnu, stats, dims):
+            """A leaf's graft direction, its blocks and their new statistics."""
             bl = blocks_of(g.shape, dims)
-            cd = compute_dtype(jnp.result_type(g, mom))
-            gc = g.astype(cd)
-            # the graft's direction
+            gc = g.astype(compute_dtype(jnp.result_type(g, mom)))
             if graft_type == "sgd":
                 direction, gnu_new = gc, None
             else:
                 sq = jnp.square(gc)
-                nu = gnu.astype(cd) + sq if graft_type == "adagrad" else beta2 * gnu.astype(cd) + (1 - beta2) * sq
-                shown = nu / correction.astype(cd) if graft_type == "adam" else nu
-                direction = gc / (jnp.sqrt(shown) + as_value(diagonal_eps, cd))
+                nu = (
+                    gnu.astype(gc.dtype) + sq
+                    if graft_type == "adagrad"
+                    else beta2 * gnu.astype(gc.dtype) + (1 - beta2) * sq
+                )
+                shown = nu / correction.astype(gc.dtype) if graft_type == "adam" else nu
+                direction = gc / (jnp.sqrt(shown) + as_value(diagonal_eps, gc.dtype))
                 gnu_new = nu.astype(gnu.dtype)
-            if bl.block:
-                x = bl.split(gc)
-                stats = tuple(
-                    jnp.where(add_stats, beta2 * s + weight * jax.vmap(axis_gram, (0, None))(x, i).astype(s.dtype), s)
+            if not bl.block:
+                return bl, direction, gnu_new, None, stats
+            x = bl.split(gc)
+
+            def accumulate(stats):
+                return tuple(
+                    beta2 * s + weight * jax.vmap(axis_gram, (0, None))(x, i).astype(s.dtype)
                     for i, s in enumerate(stats)
                 )
-                p = inverse_exponent if inverse_exponent is not None else 2 * len(bl.block)
-                ridge = as_value(matrix_eps, cd)
-                roots = jax.lax.cond(
-                    new_roots,
-                    lambda s, r: tuple(jax.vmap(lambda m: inverse_root(m, p, ridge))(m) for m in s),
-                    lambda s, r: r,
-                    stats,
-                    roots,
-                )
+
+            # every step by default; else the Gram matrices only on the steps that add them
+            stats = (
+                accumulate(stats)
+                if statistics_compute_steps == 1
+                else jax.lax.cond(add_stats, accumulate, lambda s: s, stats)
+            )
+            return bl, direction, gnu_new, x, stats
+
+        def finish(g, mom, gmom, direction, bl, x, roots):
+            cd = compute_dtype(jnp.result_type(g, mom))
+            if bl.block:
                 pre = bl.merge(jax.vmap(mode_product)(x, tuple(r.astype(cd) for r in roots)))
                 pre = pre * (jnp.linalg.norm(direction) / (jnp.linalg.norm(pre) + 1e-16))
             else:
@@ -249,16 +286,34 @@ def scale_by_shampoo(
             if nesterov:
                 out = beta1 * out + jnp.where(preconditioning, pre, direction)
             mom_new, _ = shard_alike(mom_new.astype(mom.dtype), g)
-            return out.astype(g.dtype), mom_new, gmom_new.astype(gmom.dtype), gnu_new, stats, roots
+            return out.astype(g.dtype), mom_new, gmom_new.astype(gmom.dtype)
 
         flat, treedef = jax.tree.flatten(updates)
         dims = treedef.flatten_up_to(leaf_dims(weight_dimension_numbers, updates))
         nus = treedef.flatten_up_to(state.graft_nu) if graft_type != "sgd" else [None] * len(flat)
-        parts = [treedef.flatten_up_to(x) for x in (state.momentum, state.graft_momentum)]
-        parts += [nus] + [treedef.flatten_up_to(x) for x in (state.stats, state.roots)]
-        outs = [leaf(*args) for args in zip(flat, *parts, dims)]
-        new = [treedef.unflatten([o[k] for o in outs]) for k in range(6)]
-        return new[0], ShampooState(t, *new[1:])
+        moms, gmoms = (treedef.flatten_up_to(x) for x in (state.momentum, state.graft_momentum))
+        old_roots = treedef.flatten_up_to(state.roots)
+        gathered = [gather(*args) for args in zip(flat, moms, nus, treedef.flatten_up_to(state.stats), dims)]
+        # every inverse root of the tree in one cond, blocks of one size and exponent as one batch
+        where, keys = [], []
+        for i, (bl, *_, stats) in enumerate(gathered):
+            p = inverse_exponent if inverse_exponent is not None else 2 * len(bl.block)
+            for j, s in enumerate(stats if bl.block else ()):
+                where.append((i, j))
+                keys.append((p, s.shape[-1], s.dtype))
+        if where:
+            new = _inverse_roots(
+                new_roots, keys, [gathered[i][4][j] for i, j in where], [old_roots[i][j] for i, j in where], ridge
+            )
+            found = dict(zip(where, new))
+        else:
+            found = {}
+        roots = [tuple(found.get((i, j), r) for j, r in enumerate(rs)) for i, rs in enumerate(old_roots)]
+        outs = [finish(g, m, gm, o[1], o[0], o[3], r) for g, m, gm, o, r in zip(flat, moms, gmoms, gathered, roots)]
+        new_u, mom, gmom = (treedef.unflatten([o[k] for o in outs]) for k in range(3))
+        gnu = treedef.unflatten([o[2] for o in gathered]) if graft_type != "sgd" else state.graft_nu
+        stats = treedef.unflatten([o[4] for o in gathered])
+        return new_u, ShampooState(t, mom, gmom, gnu, stats, treedef.unflatten(roots))
 
     return GradientTransformation(init, update)
 

@@ -47,49 +47,90 @@ def _canonical_signs(q: jax.Array) -> jax.Array:
     no sign of its own (SOAP's update does not see one); fixing it keeps the state the same whatever the rounding."""
     d = q.shape[-2]
     w = 1.0 + jnp.arange(d, dtype=q.dtype) / d
-    return q * jnp.where(w @ q < 0, -1.0, 1.0).astype(q.dtype)
+    return q * jnp.where(w @ q < 0, -1.0, 1.0).astype(q.dtype)[..., None, :]
+
+
+def _per_matrix(f: Callable, *xs: jax.Array) -> Any:
+    """``f`` of one matrix (and its companions) over the leading axes of ``(..., d, d)`` arrays, one matrix after
+    another (``lax.map``).
+
+    Not a ``vmap``: that would hand LAPACK (``eigh``, ``qr``) a batch, and jaxlib's CPU kernels split a batch over
+    XLA's intra-op thread pool and block a pool thread until the pieces are done. Inside a loop (``lax.map`` or
+    ``lax.scan`` over optimizer steps, as the CLI's sweeps run) the kernel itself runs on a pool thread, and two such
+    batched calls deadlocked XLA:CPU (every thread waiting on a futex, in ``ParallelBatchMap``). One matrix per call
+    never waits on the pool; the loop is one ``while`` in the program whatever the batch size (compile time)."""
+    lead = xs[0].shape[:-2]
+    flat = [x.reshape(-1, *x.shape[len(lead) :]) for x in xs]
+    out = jax.lax.map(lambda a: f(*a), tuple(flat))
+    return jax.tree.map(lambda y: y.reshape(*lead, *y.shape[1:]), out)
+
+
+def _null_space_basis(v: jax.Array, null: jax.Array) -> jax.Array:
+    """``v`` (the eigenvectors of one matrix, ascending) with its null columns replaced by the canonical basis of
+    their span: the eigenvectors of ``P D P`` of nonzero eigenvalue (its last ``k``, in index order)."""
+    d = v.shape[-1]
+    weights = jnp.square(jnp.arange(1, d + 1, dtype=v.dtype))
+    vn = v * null.astype(v.dtype)
+    proj = jnp.matmul(vn, vn.T, precision=_HIGHEST)
+    x = jnp.matmul(proj * weights, proj, precision=_HIGHEST)
+    u = jnp.linalg.eigh(x, symmetrize_input=True)[1]
+    return jnp.where(null, jnp.roll(u, jnp.sum(null), axis=1), v)
 
 
 def _eigenbasis(s: jax.Array) -> jax.Array:
-    """The eigenvectors of a symmetric ``s``, by decreasing eigenvalue; the null space gets a canonical basis.
+    """The eigenvectors of each symmetric ``(..., d, d)`` matrix, by decreasing eigenvalue; a null space gets a
+    canonical basis.
 
     A statistic built from few gradients is rank-deficient (``G G^T`` of an ``m x n`` gradient, ``m > n``, has an
     ``(m - n)``-dimensional null space), and ``eigh`` returns for it an orthonormal basis that rounding alone picks:
     the last bit of ``s`` (another device partitioning, another backend) rotates it arbitrarily, and Adam's
     element-wise step in the rotated basis changes by O(1). Every basis of the null space is an eigenbasis; this one
     is the eigenvectors of ``P D P`` (``P`` the projector on the null space, ``D = diag((i + 1)^2)``) of nonzero
-    eigenvalue, a continuous function of the null space itself. Both decompositions are one loop over one ``eigh``,
-    which stops after the first where ``s`` has full rank.
+    eigenvalue, a continuous function of the null space itself. That second ``eigh`` (and its projector) runs only
+    when some matrix of the batch is rank-deficient.
     """
     d = s.shape[-1]
     if d == 0:
         return jnp.linalg.eigh(s)[1]
-    weights = jnp.square(jnp.arange(1, d + 1, dtype=s.dtype))
+    w, v = _per_matrix(lambda m: jnp.linalg.eigh(m, symmetrize_input=True), s)  # ascending: a null space first
+    null = w <= _null_tolerance(jnp.max(jnp.abs(w), axis=-1, keepdims=True), d, s.dtype)
+    q = jax.lax.cond(jnp.any(null), lambda: _per_matrix(_null_space_basis, v, null), lambda: v)
+    return _canonical_signs(q[..., ::-1])
+
+
+def _qr_pass(lq: jax.Array, q: jax.Array, est: jax.Array, bad: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One Gram-Schmidt (QR) pass over one matrix's columns ``L Q`` by decreasing estimate, with the columns known
+    to add no direction (``bad``) replaced by the previous basis's and taken last, in index order; the result in the
+    columns' own order, and ``bad`` with the columns found to add nothing."""
+    d = q.shape[-1]
+    key = jnp.where(bad, -jnp.inf, est)
+    order = jnp.lexsort((jnp.arange(d), -key))
+    qq, r = jnp.linalg.qr(jnp.where(bad, q, lq)[:, order])
+    diag = jnp.abs(jnp.diagonal(r))
+    back = jnp.zeros(d, order.dtype).at[order].set(jnp.arange(d, dtype=order.dtype))
+    return qq[:, back], bad | (diag <= _null_tolerance(jnp.max(diag), d, q.dtype))[back]
+
+
+def _qr_repair(lq: jax.Array, q: jax.Array, est: jax.Array, first: jax.Array, bad: jax.Array) -> jax.Array:
+    """The passes after the ``first`` (which found the columns ``bad``): again while a pass finds columns adding no
+    direction that the pass before did not (at most two more: three passes in all)."""
 
     def body(carry):
-        x, q, null, passes = carry
-        w, v = jnp.linalg.eigh(x, symmetrize_input=True)  # ascending: the null space first, P D P's range last
-        found = w <= _null_tolerance(jnp.max(jnp.abs(w)), d, s.dtype)
-        # second pass: P D P's k eigenvectors of nonzero eigenvalue (>= 1, its last k) go to the k null columns (the
-        # first k: eigenvalues ascend), in index order
-        first = passes == 0
-        q = jnp.where(first, v, jnp.where(null, jnp.roll(v, jnp.sum(null), axis=1), q))
-        null = jnp.where(first, found, null)
-        vn = v * found.astype(v.dtype)
-        proj = jnp.matmul(vn, vn.T, precision=_HIGHEST)
-        return jnp.matmul(proj * weights, proj, precision=_HIGHEST), q, null, passes + 1
+        _, found, passes, _ = carry
+        qq, now = _qr_pass(lq, q, est, found)
+        return qq, now, passes + 1, found
 
     def again(carry):
-        return (carry[3] == 0) | ((carry[3] == 1) & jnp.any(carry[2]))
+        _, found, passes, before = carry
+        return (passes < 3) & jnp.any(found & ~before)
 
-    init = (s, jnp.zeros_like(s), jnp.zeros(d, bool), jnp.int32(0))
-    q = jax.lax.while_loop(again, body, init)[1]
-    return _canonical_signs(q[:, ::-1])
+    return jax.lax.while_loop(again, body, (first, bad, jnp.int32(1), jnp.zeros_like(bad)))[0]
 
 
 def _power_qr(stats: tuple, bases: tuple) -> tuple:
-    """One power-iteration step ``Q <- qr(L Q)`` per axis, the columns of ``L Q`` taken by decreasing estimated
-    eigenvalue ``diag(Q^T L Q)`` (the order Gram-Schmidt sees them in), then put back in their previous order.
+    """One power-iteration step ``Q <- qr(L Q)`` per axis (each a ``(..., d, d)`` batch), the columns of ``L Q``
+    taken by decreasing estimated eigenvalue ``diag(Q^T L Q)`` (the order Gram-Schmidt sees them in), then put back
+    in their previous order.
 
     Putting them back keeps each column paired with the same second-moment entry, which is what the reference does by
     permuting the second moment instead: the same update, with the second moment never gathered (it stays laid out,
@@ -99,36 +140,52 @@ def _power_qr(stats: tuple, bases: tuple) -> tuple:
     them (``|R_jj|`` zero to working precision); the reference normalises their rounding noise into arbitrary
     directions, and orthogonalises every later column against that noise. Here the QR is then taken again, in the
     same order, over the columns that add a direction, followed by the previous basis's columns of the others (in
-    index order) for what those leave: a result that does not depend on rounding. The passes are one loop over one
-    QR, which stops after the first where the statistics have full rank.
+    index order) for what those leave: a result that does not depend on rounding. Those later passes run only when
+    some matrix of the batch needs them.
     """
     out = []
     for s, q in zip(stats, bases):
         if s is None or q.shape[-1] == 0:
             out.append(q)
             continue
-        d = q.shape[-1]
         lq = jnp.matmul(s, q, precision=_HIGHEST)
-        est = jnp.sum(q * lq, axis=0)
-
-        def body(carry, lq=lq, q=q, est=est, d=d, dtype=s.dtype):
-            _, bad, passes, _ = carry
-            # by decreasing estimate; the columns that added no direction last, in index order
-            key = jnp.where(bad, -jnp.inf, est)
-            order = jnp.lexsort((jnp.arange(d), -key))
-            qq, r = jnp.linalg.qr(jnp.where(bad, q, lq)[:, order])
-            diag = jnp.abs(jnp.diagonal(r))
-            back = jnp.zeros(d, order.dtype).at[order].set(jnp.arange(d, dtype=order.dtype))
-            return qq[:, back], bad | (diag <= _null_tolerance(jnp.max(diag), d, dtype))[back], passes + 1, bad
-
-        def again(carry):
-            _, bad, passes, before = carry
-            return (passes == 0) | ((passes < 3) & jnp.any(bad & ~before))
-
-        no = jnp.zeros(d, bool)
-        qq = jax.lax.while_loop(again, body, (q, no, jnp.int32(0), no))[0]
+        est = jnp.sum(q * lq, axis=-2)
+        first, bad = _per_matrix(_qr_pass, lq, q, est, jnp.zeros(est.shape, bool))
+        qq = jax.lax.cond(
+            jnp.any(bad),
+            lambda lq=lq, q=q, est=est, first=first, bad=bad: _per_matrix(_qr_repair, lq, q, est, first, bad),
+            lambda first=first: first,
+        )
         out.append(_canonical_signs(qq))
     return tuple(out)
+
+
+def _refresh(branch: jax.Array, stats: list, bases: list) -> list:
+    """The bases of ``stats`` (``(n, d, d)`` arrays): ``bases`` as they are (branch 0), the eigenbases (1) or one
+    power-iteration step (2). Factors of one size and dtype are refreshed as one batch: one decomposition call per
+    size for the whole tree, whatever its number of leaves (compile time, and the rank repairs' conditions)."""
+    groups: dict[tuple, list[int]] = {}
+    for k, s in enumerate(stats):
+        groups.setdefault((s.shape[-1], s.dtype), []).append(k)
+
+    def batched(fn):
+        def run(ss, qs):
+            out = list(qs)
+            for ks in groups.values():
+                got = fn(jnp.concatenate([ss[k] for k in ks]), jnp.concatenate([qs[k] for k in ks]))
+                ends = np.cumsum([ss[k].shape[0] for k in ks])
+                for k, part in zip(ks, jnp.split(got, ends[:-1])):
+                    out[k] = part
+            return out
+
+        return run
+
+    return jax.lax.switch(
+        branch,
+        [lambda ss, qs: list(qs), batched(lambda s, q: _eigenbasis(s)), batched(lambda s, q: _power_qr((s,), (q,))[0])],
+        list(stats),
+        list(bases),
+    )
 
 
 def scale_by_soap(
@@ -264,18 +321,7 @@ def scale_by_soap(
             stats = tuple(
                 None if s is None else beta_s * s + (1 - beta_s) * axis_gram(g, i) for i, s in enumerate(stats)
             )
-            if any(s is not None for s in stats):
-                bases = jax.lax.switch(
-                    branch,
-                    [
-                        lambda s, q: q,
-                        lambda s, q: tuple(None if x is None else _eigenbasis(x) for x in s),
-                        _power_qr,
-                    ],
-                    stats,
-                    bases,
-                )
-            return u, mu_new, nu_new, stats, bases
+            return u, mu_new, nu_new, stats
 
         def leaf(g, mu, nu, stats, bases, dims):
             lay, _ = view(g.shape, dims)
@@ -287,27 +333,31 @@ def scale_by_soap(
             def mats(t):
                 return tuple(None if s is None else s.astype(cd).reshape(lay.size, *s.shape[-2:]) for s in t)
 
-            u, m, v, s, q = jax.vmap(one)(blocks(g), blocks(mu), blocks(nu), mats(stats), mats(bases))
-
-            def back(t, like):
-                return tuple(None if x is None else x.reshape(y.shape).astype(y.dtype) for x, y in zip(t, like))
-
+            u, m, v, s = jax.vmap(one)(blocks(g), blocks(mu), blocks(nu), mats(stats), mats(bases))
             # the second moment comes out of rotations (matmuls): keep it laid out on devices like the gradient
             v, _ = shard_alike(lay.from_blocks(v).astype(nu.dtype), g)
-            return (
-                lay.from_blocks(u).astype(g.dtype),
-                lay.from_blocks(m).astype(mu.dtype),
-                v,
-                back(s, stats),
-                back(q, bases),
-            )
+            return lay.from_blocks(u).astype(g.dtype), lay.from_blocks(m).astype(mu.dtype), v, s, mats(bases)
 
         flat, treedef = jax.tree.flatten(updates)
         dims = treedef.flatten_up_to(leaf_dims(weight_dimension_numbers, updates))
-        parts = (treedef.flatten_up_to(t) for t in (state.mu, state.nu, state.stats, state.bases))
-        outs = [leaf(*args) for args in zip(flat, *parts, dims)]
-        new_u, mu, nu, stats, bases = (treedef.unflatten([o[k] for o in outs]) for k in range(5))
-        return new_u, SOAPState(safe_int32_increment(count), mu, nu, stats, bases)
+        old_stats, old_bases = treedef.flatten_up_to(state.stats), treedef.flatten_up_to(state.bases)
+        parts = (treedef.flatten_up_to(t) for t in (state.mu, state.nu))
+        outs = [leaf(*args) for args in zip(flat, *parts, old_stats, old_bases, dims)]
+        # every factor of the tree, refreshed in one switch (outside the vmaps over blocks)
+        where = [(i, j) for i, o in enumerate(outs) for j, x in enumerate(o[3]) if x is not None]
+        if where:
+            refreshed = _refresh(branch, [outs[i][3][j] for i, j in where], [outs[i][4][j] for i, j in where])
+            found = dict(zip(where, refreshed))
+        else:
+            found = {}
+
+        def back(x, like):
+            return None if x is None else x.reshape(like.shape).astype(like.dtype)
+
+        stats = [tuple(back(x, y) for x, y in zip(o[3], like)) for o, like in zip(outs, old_stats)]
+        bases = [tuple(back(found.get((i, j)), y) for j, y in enumerate(like)) for i, like in enumerate(old_bases)]
+        new_u, mu, nu = (treedef.unflatten([o[k] for o in outs]) for k in range(3))
+        return new_u, SOAPState(safe_int32_increment(count), mu, nu, treedef.unflatten(stats), treedef.unflatten(bases))
 
     return GradientTransformation(init, update)
 

@@ -8,11 +8,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.shard_alike import shard_alike
 from jax.typing import ArrayLike
 
 from .._base import GradientTransformation, MaskOrFn, Params, ScalarOrSchedule
 from .._checks import check_decay, check_int, check_interval, check_non_negative, check_one_of
+from .._compat import shard_alike
 from .._hyperparams import as_value
 from .._linear_algebra import matrix_inverse_pth_root
 from .._numerics import compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for

@@ -210,12 +210,13 @@ def specs() -> list[Spec]:
 
 
 def _torch_step(spec: Spec, params_np: dict, grads_np: dict, cfg: dict) -> tuple[Callable[[], None] | None, str]:
-    """The reference's step over torch copies of the tree, or None and why not."""
+    """The reference's step over torch copies of the tree (on ``cfg["torch_device"]``), or None and why not."""
     if torch is None or spec.torch_opt is None:
         return None, "torch not installed"
-    named = [(k, torch.nn.Parameter(torch.tensor(np.asarray(v, np.float32)))) for k, v in params_np.items()]
+    dev = cfg.get("torch_device", "cpu")
+    named = [(k, torch.nn.Parameter(torch.tensor(np.asarray(v, np.float32), device=dev))) for k, v in params_np.items()]
     for (_, p), g in zip(named, grads_np.values()):
-        p.grad = torch.tensor(np.asarray(g, np.float32))
+        p.grad = torch.tensor(np.asarray(g, np.float32), device=dev)
     try:
         opt = spec.torch_opt(named, cfg)
     except Exception as err:  # a missing or incompatible reference is reported, not fatal
@@ -241,11 +242,12 @@ def measure(spec: Spec, adamw: Any, params_np: dict, grads_np: dict, cfg: dict, 
     wl = Workload(spec.name, {}, lambda o: spec.make(o, cfg))
     run = prepare_jax(wl, gradax, params_np, grads_np)
     tstep, why = _torch_step(spec, params_np, grads_np, cfg)
+    sync = torch.cuda.synchronize if cfg.get("torch_device", "cpu") != "cpu" else None
     n = max(spec.interval, steps - steps % spec.interval)
     time_jax(run, spec.interval)  # warm-up: the first call (SOAP's eigh, Shampoo's start) is not a timed step
     if tstep is not None:
         try:
-            time_torch(tstep, spec.interval)
+            time_torch(tstep, spec.interval, sync)
         except Exception as err:  # reported, as above
             tstep, why = None, f"{type(err).__name__}: {str(err)[:200]}"
     extra: dict[str, Any] = {}  # the fused step and the copy reference timed beside it
@@ -260,7 +262,7 @@ def measure(spec: Spec, adamw: Any, params_np: dict, grads_np: dict, cfg: dict, 
         times[ADAMW].append(time_jax(adamw, n))
         times["gradax"].append(time_jax(run, n))
         if tstep is not None:
-            times["torch"].append(time_torch(tstep, n))
+            times["torch"].append(time_torch(tstep, n, sync))
         for k, r in extra.items():
             times[k].append(time_jax(r, n))
     out = {
@@ -344,11 +346,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
     ap.add_argument("--out", default="", help="write the results as JSON here")
     ap.add_argument("--md", default="", help="write the markdown table here")
+    ap.add_argument(
+        "--torch-device",
+        default="cpu",
+        help="where the torch references run (e.g. cuda, beside JAX's default backend); with cuda, float32 matmuls "
+        "use TF32 as JAX's default precision does on GPUs",
+    )
     args = ap.parse_args(argv)
     size = "tiny" if args.quick else args.size
     repeats, steps = (1, REFRESH) if args.quick else (args.repeats, args.steps)
     vocab, n_ctx, width, layers = SIZES[size]["gpt"]
-    cfg = {"width": width, "heads": width // 64 if width >= 64 else 2}  # GPT-2: 64-wide heads
+    cfg = {"width": width, "heads": width // 64 if width >= 64 else 2, "torch_device": args.torch_device}
+    if torch is not None and args.torch_device != "cpu":
+        torch.set_float32_matmul_precision("high")
     threads = os.cpu_count() or 1
     if torch is not None:
         torch.set_num_threads(threads)
@@ -368,6 +378,7 @@ def main(argv: list[str] | None = None) -> dict:
         "params": n_params(shapes),
         "repeats": repeats,
         "threads": {"cpu_count": threads, "torch": torch.get_num_threads() if torch is not None else None},
+        "torch_device": args.torch_device,
         "machine": {"platform": platform.platform(), "jax": jax.__version__, "backend": jax.default_backend()},
         "adamw_compile_s": adamw.compile_s,
         "adamw_state_bytes": _state_bytes(adamw),
@@ -391,7 +402,8 @@ def main(argv: list[str] | None = None) -> dict:
         md += f"\n\nAdam-mini's state: {result['adam_mini_state_vs_adamw']:.3f}x AdamW's bytes (target <= 0.55x)."
     md += (
         f"\n\n{result['params']:,} params ({size} tree), {repeats} repeats alternating AdamW / gradax / torch per "
-        f"optimizer, medians; torch on {result['threads']['torch']} threads. Command: `{result['command']}`."
+        f"optimizer, medians; torch on {args.torch_device} ({result['threads']['torch']} threads), JAX on "
+        f"{jax.default_backend()}. Command: `{result['command']}`."
     )
     print(md)
     if args.out:

@@ -161,11 +161,14 @@ def time_jax(run: JaxRun, steps: int) -> float:
     return dt
 
 
-def time_torch(step: Callable[[], None], steps: int) -> float:
+def time_torch(step: Callable[[], None], steps: int, sync: Callable[[], None] | None = None) -> float:
+    """Seconds per ``step()``; ``sync`` (e.g. ``torch.cuda.synchronize``) waits for queued device work first."""
     with torch.no_grad(), _NoGC():
         t = time.perf_counter()
         for _ in range(steps):
             step()
+        if sync is not None:
+            sync()
         return (time.perf_counter() - t) / steps
 
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-try:  # JAX < 0.11
+try:  # removed from jax.experimental in JAX 0.11
     from jax.experimental.shard_alike import shard_alike as _shard_alike
-except ImportError:  # removed from jax.experimental in JAX 0.11
-    try:
-        from jax.sharding import shard_alike as _shard_alike  # pyrefly: ignore[missing-module-attribute]  # newer JAX
-    except ImportError:
-        _shard_alike = None
+except ImportError:
+    _shard_alike = None
 
 
 def shard_alike(x: Any, y: Any) -> tuple[Any, Any]:

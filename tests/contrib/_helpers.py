@@ -34,3 +34,18 @@ def assert_matches_optax(make, params=None, steps=10, rtol=1e-5, atol=1e-6, extr
         for x, y in zip(l1, l2):
             np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol)
     return ours, theirs
+
+
+def assert_each_leaf_as_if_alone(tx, shapes, steps, seed, rtol=1e-7, atol=1e-5):
+    """``tx`` over a tree of leaves shaped ``shapes`` gives each leaf the update it gets as the only leaf, step after
+    step: for optimizers that batch work across leaves (one refresh for all factors of one size)."""
+    rng = np.random.default_rng(seed)
+    grads = [{k: jnp.asarray(rng.normal(size=s).astype(np.float32)) for k, s in shapes.items()} for _ in range(steps)]
+    update = jax.jit(tx.update)
+    state = tx.init(grads[0])
+    alone = {k: tx.init(grads[0][k]) for k in shapes}
+    for g in grads:
+        u, state = update(g, state)
+        for k in shapes:
+            uk, alone[k] = update(g[k], alone[k])
+            np.testing.assert_allclose(np.asarray(u[k]), np.asarray(uk), rtol=rtol, atol=atol)

@@ -9,6 +9,7 @@ import pytest
 import gradax
 from gradax import contrib
 from gradax.contrib._shampoo import inverse_root
+from tests.contrib._helpers import assert_each_leaf_as_if_alone
 from tests.contrib.test_soap import _problem, _run_gradax, _run_torch
 
 torch = pytest.importorskip("torch")
@@ -181,17 +182,8 @@ def test_errors(make, match):
 
 def test_leaves_sharing_a_block_size_are_rooted_as_one_batch_as_if_alone():
     # every inverse root of the tree comes from one cond, blocks of one size and exponent batched across leaves
-    rng = np.random.default_rng(7)
     tx = contrib.scale_by_shampoo(
         block_size=3, start_preconditioning_step=1, preconditioning_compute_steps=2, statistics_compute_steps=2
     )
     shapes = {"a": (5, 3), "b": (3, 7), "v": (4,), "c": (2, 2, 3)}
-    grads = [{k: jnp.asarray(rng.normal(size=s).astype(np.float32)) for k, s in shapes.items()} for _ in range(4)]
-    update = jax.jit(tx.update)
-    state = tx.init(grads[0])
-    alone = {k: tx.init(grads[0][k]) for k in shapes}
-    for g in grads:
-        u, state = update(g, state)
-        for k in shapes:
-            uk, alone[k] = update(g[k], alone[k])
-            np.testing.assert_allclose(np.asarray(u[k]), np.asarray(uk), rtol=1e-5, atol=1e-6)
+    assert_each_leaf_as_if_alone(tx, shapes, steps=4, seed=7, rtol=1e-5, atol=1e-6)

@@ -9,6 +9,7 @@ import numpy as np
 
 from gradax import contrib
 from gradax.contrib._soap import _eigenbasis, _power_qr
+from tests.contrib._helpers import assert_each_leaf_as_if_alone
 
 
 def _gram(rng, m, n):
@@ -100,15 +101,6 @@ def test_a_batch_gets_what_each_factor_gets_alone():
 
 
 def test_leaves_sharing_a_factor_size_are_refreshed_as_one_batch_as_if_alone():
-    rng = np.random.default_rng(5)
     tx = contrib.scale_by_soap(precondition_frequency=2)
     shapes = {"tall": (6, 2), "wide": (2, 6), "full": (6, 6)}
-    grads = [{k: jnp.asarray(rng.normal(size=s).astype(np.float32)) for k, s in shapes.items()} for _ in range(5)]
-    update = jax.jit(tx.update)
-    state = tx.init(grads[0])
-    alone = {k: tx.init(grads[0][k]) for k in shapes}
-    for g in grads:
-        u, state = update(g, state)
-        for k in shapes:
-            uk, alone[k] = update(g[k], alone[k])
-            np.testing.assert_allclose(np.asarray(u[k]), np.asarray(uk), atol=1e-5)
+    assert_each_leaf_as_if_alone(tx, shapes, steps=5, seed=5)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..transforms._masking import MaskedNode
@@ -140,3 +141,20 @@ def matrix_labels(user_dims: Any, params: Any, matrix: str, other: str) -> Any:
         params,
         is_leaf=is_dims,
     )
+
+
+def by_groups(keys: Sequence[Any], fn: Callable[..., jax.Array], *batches: Sequence[jax.Array]) -> list[jax.Array]:
+    """``fn(key, *stacked)`` once per distinct key, over the ``(n_k, ...)`` arrays of ``batches`` whose index has that
+    key, concatenated along axis 0; each result is split back to its place. Matrix optimizers use it to refresh
+    every factor of one size in a tree with one decomposition call (compile time grows with the sizes, not the
+    leaves)."""
+    groups: dict[Any, list[int]] = {}
+    for k, key in enumerate(keys):
+        groups.setdefault(key, []).append(k)
+    out: list[Any] = [None] * len(keys)
+    for key, ks in groups.items():
+        got = fn(key, *(jnp.concatenate([b[k] for k in ks]) for b in batches))
+        ends = np.cumsum([batches[0][k].shape[0] for k in ks])
+        for k, part in zip(ks, jnp.split(got, ends[:-1])):
+            out[k] = part
+    return out

@@ -20,7 +20,7 @@ from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._kronecker import Layout, axis_gram, layout, leaf_dims, mode_product
-from ._matrix_shapes import MuonDimensionNumbers, default_dims
+from ._matrix_shapes import MuonDimensionNumbers, by_groups, default_dims
 
 _GRAFTS = ("sgd", "adagrad", "rmsprop", "adam")
 # the exponents the coupled Newton iteration of matrix_inverse_pth_root takes; others use an eigendecomposition
@@ -57,27 +57,22 @@ def inverse_root(s: jax.Array, p: int, ridge: ArrayLike) -> jax.Array:
 
 
 def _inverse_roots(now: jax.Array, keys: list, stats: list, roots: list, ridge: jax.Array) -> list:
-    """``roots`` as they are, or (when ``now``) the inverse roots of ``stats`` (``(n, b, b)`` arrays, the exponent in
-    each's ``key``): one cond for the whole tree, the blocks of one size and exponent computed as one batch."""
-    groups: dict[tuple, list[int]] = {}
-    for k, key in enumerate(keys):
-        groups.setdefault(key, []).append(k)
+    """``roots`` as they are, or (when ``now``) the inverse roots of ``stats`` (``(n, b, b)`` arrays, the exponent
+    first in each's ``key``): one cond for the whole tree, the blocks of one key computed as one batch."""
+
+    def batch(key, blocks):
+        p = key[0]
+
+        def one(m):
+            return inverse_root(m, p, ridge.astype(m.dtype))
+
+        # the Newton iteration is matmuls, batched; an eigendecomposition goes one block at a time: jaxlib's CPU
+        # LAPACK kernels split a batch over XLA's thread pool and block a pool thread on it, which deadlocked inside
+        # lax.map/lax.scan loops (see _soap._per_matrix)
+        return jax.vmap(one)(blocks) if p in _NEWTON_EXPONENTS else jax.lax.map(one, blocks)
 
     def compute(ss):
-        out = list(ss)
-        for (p, _, _), ks in groups.items():
-            # the Newton iteration is matmuls, batched; an eigendecomposition goes one block at a time: jaxlib's
-            # CPU LAPACK kernels split a batch over XLA's thread pool and block a pool thread on it, which
-            # deadlocked inside lax.map/lax.scan loops (see _soap._per_matrix)
-            def one(m, p=p):
-                return inverse_root(m, p, ridge.astype(m.dtype))
-
-            blocks = jnp.concatenate([ss[k] for k in ks])
-            got = jax.vmap(one)(blocks) if p in _NEWTON_EXPONENTS else jax.lax.map(one, blocks)
-            ends = np.cumsum([ss[k].shape[0] for k in ks])
-            for k, part in zip(ks, jnp.split(got, ends[:-1])):
-                out[k] = part.astype(roots[k].dtype)
-        return out
+        return [x.astype(r.dtype) for x, r in zip(by_groups(keys, batch, ss), roots)]
 
     return jax.lax.cond(now, lambda ss, rs: compute(ss), lambda ss, rs: list(rs), list(stats), list(roots))
 

@@ -18,7 +18,7 @@ from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
 from ._kronecker import Layout, axis_gram, layout, leaf_dims, mode_product
-from ._matrix_shapes import MuonDimensionNumbers, default_dims
+from ._matrix_shapes import MuonDimensionNumbers, by_groups, default_dims
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -164,25 +164,14 @@ def _refresh(branch: jax.Array, stats: list, bases: list) -> list:
     """The bases of ``stats`` (``(n, d, d)`` arrays): ``bases`` as they are (branch 0), the eigenbases (1) or one
     power-iteration step (2). Factors of one size and dtype are refreshed as one batch: one decomposition call per
     size for the whole tree, whatever its number of leaves (compile time, and the rank repairs' conditions)."""
-    groups: dict[tuple, list[int]] = {}
-    for k, s in enumerate(stats):
-        groups.setdefault((s.shape[-1], s.dtype), []).append(k)
-
-    def batched(fn):
-        def run(ss, qs):
-            out = list(qs)
-            for ks in groups.values():
-                got = fn(jnp.concatenate([ss[k] for k in ks]), jnp.concatenate([qs[k] for k in ks]))
-                ends = np.cumsum([ss[k].shape[0] for k in ks])
-                for k, part in zip(ks, jnp.split(got, ends[:-1])):
-                    out[k] = part
-            return out
-
-        return run
-
+    keys = [(s.shape[-1], s.dtype) for s in stats]
     return jax.lax.switch(
         branch,
-        [lambda ss, qs: list(qs), batched(lambda s, q: _eigenbasis(s)), batched(lambda s, q: _power_qr((s,), (q,))[0])],
+        [
+            lambda ss, qs: list(qs),
+            lambda ss, qs: by_groups(keys, lambda _, s: _eigenbasis(s), ss),
+            lambda ss, qs: by_groups(keys, lambda _, s, q: _power_qr((s,), (q,))[0], ss, qs),
+        ],
         list(stats),
         list(bases),
     )

@@ -428,16 +428,16 @@ def adafactor_matrices(scalars: jax.Array, params: list, grads: list, row_factor
 
 
 def mars_step(
-    scalars: jax.Array, clip: jax.Array, decay: jax.Array, params: list, grads: list, mu: list, nu: list, last: list
+    scalars: jax.Array, decay: jax.Array, params: list, grads: list, mu: list, nu: list, last: list
 ) -> tuple[list, list, list, list]:
-    """One in-place MARS-AdamW pass over float32 leaves: returns the new params, first and second moments and kept
-    gradients (``last_grad``).
+    """One in-place MARS-AdamW step over float32 leaves: each leaf's norm of the corrected gradient (a read-only
+    pass), then the update; returns the new params, first and second moments and kept gradients (``last_grad``).
 
-    ``scalars`` is float32[len(MARS_SCALARS)], ``clip`` float32[len(params)] (each leaf's clipping factor of the
-    corrected gradient, computed before the call), ``decay`` float32[len(params)] (1 where a leaf is decayed). The
-    results alias the params and state (donate them to update in place; otherwise XLA copies them first).
+    ``scalars`` is float32[len(MARS_SCALARS)], ``decay`` float32[len(params)] (1 where a leaf is decayed). The
+    results alias the params and state (donate them to update in place; otherwise XLA copies them first). Each call
+    takes whole leaves, so each leaf's norm is complete within it.
     """
-    head = lambda part: (scalars, clip[part], decay[part])
+    head = lambda part: (scalars, decay[part])
     return tuple(_call_per_leaves("gradax_mars_step", head, [params, grads, mu, nu, last], [0, 2, 3, 4]))
 
 

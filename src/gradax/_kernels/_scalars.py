@@ -88,6 +88,7 @@ MARS = ScalarTable(
         ("inv_c2", "1 / (1 - beta2**t)"),
         ("eps", "epsilon"),
         ("scale", "gamma * beta1 / (1 - beta1), the weight of the gradient change"),
+        ("max_norm", "the bound on each leaf's corrected gradient norm"),
         ("weight_decay", "the decay rate of decayed leaves"),
         ("neg_lr", "-learning_rate"),
     ),

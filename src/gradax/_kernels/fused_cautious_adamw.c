@@ -1,12 +1,15 @@
 /* The CPU kernel of gradax.fused.cautious_adamw (gradax.cautious(gradax.adamw(...))), called from XLA through its
  * FFI (C API, xla/ffi/api/c_api.h).
  *
- * gradax_cautious_adamw_step: two jobs over every leaf, each split over XLA's thread pool (fused_common.h).
- *   1. A read-only pass recomputes each element's AdamW update u from p, g, m, v and counts, per leaf, the
+ * gradax_cautious_adamw_step: two phases over each group of leaves (consecutive leaves of at most GROUP_ELEMENTS
+ * elements, or one larger leaf alone; plan_two_phase in fused_common.h), each split over XLA's thread pool:
+ *   0. A read-only pass recomputes each element's AdamW update u from p, g, m, v and counts, per leaf, the
  *      elements where u g < 0 (the update descends; gradax.transforms._cautious.agrees with sign -1): an exact
  *      integer, whatever the order the parts add up in. Reads 16 bytes per parameter.
- *   2. The AdamW pass, in place: m, v and p <- p + u * (keep ? d / (count + 1) : 0), with d the leaf's size.
- *      Reads 16 and writes 12 bytes per parameter.
+ *   1. Once the whole group is counted, the AdamW pass, in place, backward: m, v and
+ *      p <- p + u * (keep ? d / (count + 1) : 0), with d the leaf's size. Reads 16 and writes 12 bytes per parameter.
+ * A group of 8 MiB is still in the cache when phase 1 reads it, and phase 1 of a larger leaf starts on what phase 0
+ * read last; only the rest comes from memory twice.
  * 44 bytes per float32 parameter in all, where XLA's passes (the count's read-only evaluation, then one kernel per
  * output) move 60. Operands:
  *   args[0]        float32[NCA] step scalars (enum CautiousScalar, fused_scalars.h)
@@ -33,7 +36,8 @@
 typedef struct Cautious Cautious;
 struct Cautious {
     float s[NCA];
-    float *decay, *scale;        /* [n]: decay flags, and the rescale of each leaf (set between the two jobs) */
+    float* decay;                /* [n]: decay flags */
+    const int64_t* offset;       /* [n + 1]: the job's leaf offsets (leaf i has offset[i + 1] - offset[i] elements) */
     uint8_t* single;             /* [n]: 1 where the leaf has one element (see step_body) */
     _Atomic int64_t* count;      /* [n]: kept elements of each leaf, added up by the parts of job 1 */
     float **p, **g, **m, **v;    /* p, m, v updated in place (the results alias the operands) */
@@ -73,6 +77,10 @@ static inline __attribute__((always_inline)) float cautious_update(const float* 
 /* Job 1: the count (read-only). An int32 sum per block of at most 2^20 elements (vectorized), added up in int64. */
 
 #define COUNT_BLOCK (1 << 20)
+
+/* Leaves are counted and stepped in groups of at most this many elements (8 MiB of p, g, m and v), so that the
+ * step reads what the count just read from the cache, not from memory (plan_two_phase). */
+#define GROUP_ELEMENTS (1 << 19)
 
 static inline __attribute__((always_inline)) int64_t count_loop(const float* s, float wd, const float* restrict p,
                                                                 const float* restrict g, const float* restrict m,
@@ -137,7 +145,10 @@ static inline __attribute__((always_inline)) void step_body(Cautious* a, int64_t
                                                             const int fused) {
     const float* s = a->s;
     const int nesterov = s[CA_NESTEROV] != 0.0f, divides = s[CA_DIVIDES] != 0.0f, decay = a->decay[leaf] != 0.0f;
-    const float wd = s[CA_WEIGHT_DECAY], scale = a->scale[leaf];
+    /* cautious's rescale in float32: keep.size / (float(count) + 1), the count an int32 as count_true's (the
+     * leaf's group is counted before any of its steps) */
+    int32_t kept = (int32_t)atomic_load_explicit(&a->count[leaf], memory_order_relaxed);
+    const float wd = s[CA_WEIGHT_DECAY], scale = (float)(a->offset[leaf + 1] - a->offset[leaf]) / ((float)kept + 1.0f);
     float *p = a->p[leaf], *m = a->m[leaf], *v = a->v[leaf];
     const float* g = a->g[leaf];
     if (a->single[leaf]) { /* XLA contracts the first product of the new v here (its code for one element) */
@@ -159,16 +170,10 @@ GRADAX_FMA_VARIANTS(step_span, step_body, (Cautious* a, int64_t leaf, int64_t lo
 
 /* ---------------------------------------------------------------------------------------------------------- */
 
-static void count_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
-    (void)part;
-    Cautious* a = *(Cautious**)job->data; /* job 1 holds a pointer to job 2's data */
-    a->count_span(a, leaf, lo, hi);
-}
-
-static void step_run(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
-    (void)part;
+/* Phase 0 counts; phase 1 (which starts once the leaf's group is counted) steps. */
+static void cautious_run(Job* job, int item, int64_t leaf, int64_t lo, int64_t hi) {
     Cautious* a = (Cautious*)job->data;
-    a->step_span(a, leaf, lo, hi);
+    (job->items[item].phase == 0 ? a->count_span : a->step_span)(a, leaf, lo, hi);
 }
 
 /* an error of gradax_cautious_adamw_step (messages are static; the longest fits) */
@@ -200,7 +205,7 @@ XLA_FFI_Error* gradax_cautious_adamw_step(XLA_FFI_CallFrame* frame) {
     size_t leaves = (size_t)(n > 0 ? n : 1), ptrs = leaves * sizeof(float*);
     /* job 2 holds everything; job 1 (the count) a pointer to it, so a pool task of job 1 that starts late touches
      * only job 1, which it frees if it is the last holder (fused_common.h) */
-    Job* job = new_job(n, sizeof(Cautious) + 4 * ptrs + leaves * sizeof(int64_t) + 2 * leaves * sizeof(float) + leaves);
+    Job* job = new_job(n, sizeof(Cautious) + 4 * ptrs + leaves * sizeof(int64_t) + leaves * sizeof(float) + leaves);
     if (job == NULL) return make_error(frame, "gradax_cautious_adamw_step: out of memory");
     Cautious* a = (Cautious*)job->data;
     char* cursor = (char*)job->data + sizeof(Cautious);
@@ -208,8 +213,8 @@ XLA_FFI_Error* gradax_cautious_adamw_step(XLA_FFI_CallFrame* frame) {
     for (int k = 0; k < 4; ++k) *slots[k] = (float**)(cursor + (size_t)k * ptrs);
     a->count = (_Atomic int64_t*)(cursor + 4 * ptrs); /* zeroed by new_job */
     a->decay = (float*)(cursor + 4 * ptrs + leaves * sizeof(int64_t));
-    a->scale = a->decay + leaves;
-    a->single = (uint8_t*)(a->scale + leaves);
+    a->single = (uint8_t*)(a->decay + leaves);
+    a->offset = job->offset;
     memcpy(a->s, data_of(args[0]), sizeof(a->s));
     memcpy(a->decay, data_of(args[1]), (size_t)n * sizeof(float));
     a->count_span = count_span_for_cpu();
@@ -230,22 +235,8 @@ XLA_FFI_Error* gradax_cautious_adamw_step(XLA_FFI_CallFrame* frame) {
         job->offset[i + 1] = job->offset[i] + size;
         a->single[i] = size == 1;
     }
-    int64_t total = job->offset[n];
-    Job* counting = new_job(n, sizeof(Cautious*));
-    if (counting == NULL) return cautious_error(frame, job, "out of memory");
-    memcpy(counting->offset, job->offset, (size_t)(n + 1) * sizeof(int64_t));
-    *(Cautious**)counting->data = a;
-    counting->parts = parts_for(frame, total);
-    counting->run = count_run;
-    run_job(frame, counting); /* every part is done when it returns */
-    release(counting);
-    for (int64_t i = 0; i < n; ++i) {
-        /* cautious's rescale in float32: keep.size / (float(count) + 1), the count an int32 as count_true's */
-        int32_t kept = (int32_t)atomic_load_explicit(&a->count[i], memory_order_relaxed);
-        a->scale[i] = (float)(job->offset[i + 1] - job->offset[i]) / ((float)kept + 1.0f);
-    }
-    job->parts = parts_for(frame, total);
-    job->run = step_run;
+    job->run = cautious_run;
+    if (plan_two_phase(frame, job, GROUP_ELEMENTS) != 0) return cautious_error(frame, job, "out of memory");
     run_job(frame, job);
     release(job);
     return NULL;

@@ -93,41 +93,97 @@ struct Job {
     int64_t n;        /* leaves */
     int64_t* offset;  /* offset[i]: start of leaf i; offset[n]: total */
     int parts;
+    int workers;      /* the threads that claim parts (the caller and workers - 1 pool tasks); 0: one per part */
     void (*run)(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi);
     atomic_int next;  /* the next part to claim */
     atomic_int done;  /* parts finished */
     atomic_int refs;  /* the caller and every scheduled task */
     void* data;       /* kernel-specific, inside the same allocation */
+    struct Item* items; /* a two-phase job's parts (see plan_two_phase), or NULL: parts of the leaves end to end */
+    atomic_int* read_done; /* a two-phase job: the read parts finished, per group */
+    int* read_parts;       /* a two-phase job: the read parts of each group */
+    int64_t slots;         /* a two-phase job: the (phase 0 item, leaf it reads) pairs (Item.slot) */
 };
+
+/* A part of a two-phase job: elements [begin, end) of the leaves laid end to end, in group `group`, of phase 0
+ * (a read-only pass over the group) or phase 1 (the pass that needs the whole group's phase 0 first). */
+typedef struct Item Item;
+struct Item {
+    int64_t begin, end;
+    int group, phase;
+    int64_t first_leaf; /* the leaf at begin */
+    int64_t slot;       /* phase 0: the index of (this item, first_leaf) among every (phase 0 item, leaf it reads);
+                         * (this item, first_leaf + j) is slot + j. A kernel can keep a partial result per slot. */
+    int64_t reads;      /* phase 1: the first phase 0 item of the group */
+};
+
+static inline int64_t first_leaf_after(const Job* job, int64_t begin) {
+    int64_t lo = 0, hi = job->n; /* the first leaf that ends after begin */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (job->offset[mid + 1] <= begin) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
 
 static inline void run_part(Job* job, int k) {
     int64_t total = job->offset[job->n];
     /* parts start on multiples of 16 elements: no two threads write one cache line */
     int64_t begin = (total * k / job->parts) & ~(int64_t)15;
     int64_t end = k + 1 == job->parts ? total : (total * (k + 1) / job->parts) & ~(int64_t)15;
-    int64_t lo = 0, hi = job->n; /* the first leaf that ends after begin */
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (job->offset[mid + 1] <= begin) lo = mid + 1; else hi = mid;
-    }
-    for (int64_t leaf = lo; leaf < job->n && job->offset[leaf] < end; ++leaf) {
+    for (int64_t leaf = first_leaf_after(job, begin); leaf < job->n && job->offset[leaf] < end; ++leaf) {
         int64_t a = begin > job->offset[leaf] ? begin - job->offset[leaf] : 0;
         int64_t b = (end < job->offset[leaf + 1] ? end : job->offset[leaf + 1]) - job->offset[leaf];
         if (b > a) job->run(job, k, leaf, a, b);
     }
 }
 
+/* Elements [begin, end) of the leaves laid end to end, leaf by leaf: job->run(job, item index, leaf, lo, hi). Phase 1
+ * goes backward, in chunks of PHASE_CHUNK elements (each chunk forward), so that it starts on what phase 0 read
+ * last: the part of a group larger than the cache that is still in it. */
+#define PHASE_CHUNK (1 << 14)
+
+static inline void run_item(Job* job, int k) {
+    const Item* item = &job->items[k];
+    if (item->phase == 1) { /* every read part of the group was claimed before this one, by a running thread */
+        while (atomic_load_explicit(&job->read_done[item->group], memory_order_acquire) < job->read_parts[item->group])
+            sched_yield();
+    }
+    int64_t first = item->first_leaf, last = first;
+    while (last < job->n && job->offset[last] < item->end) ++last;
+    for (int64_t step = 0; step < last - first; ++step) {
+        int64_t leaf = item->phase == 1 ? last - 1 - step : first + step;
+        int64_t a = item->begin > job->offset[leaf] ? item->begin - job->offset[leaf] : 0;
+        int64_t b = (item->end < job->offset[leaf + 1] ? item->end : job->offset[leaf + 1]) - job->offset[leaf];
+        if (item->phase == 0) {
+            if (b > a) job->run(job, k, leaf, a, b);
+            continue;
+        }
+        for (int64_t hi = b; hi > a;) {
+            int64_t lo = hi - a > PHASE_CHUNK ? ((hi - PHASE_CHUNK) & ~(int64_t)15) : a;
+            if (lo < a) lo = a;
+            job->run(job, k, leaf, lo, hi);
+            hi = lo;
+        }
+    }
+    if (item->phase == 0) atomic_fetch_add_explicit(&job->read_done[item->group], 1, memory_order_release);
+}
+
 static inline void work(Job* job) {
     for (;;) {
         int k = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (k >= job->parts) return;
-        run_part(job, k);
+        if (job->items != NULL) run_item(job, k);
+        else run_part(job, k);
         atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
     }
 }
 
 static inline void release(Job* job) {
-    if (atomic_fetch_sub_explicit(&job->refs, 1, memory_order_acq_rel) == 1) free(job);
+    if (atomic_fetch_sub_explicit(&job->refs, 1, memory_order_acq_rel) == 1) {
+        free(job->items); /* a two-phase job's plan (plan_two_phase), NULL otherwise */
+        free(job);
+    }
 }
 
 static inline void job_task(void* data) {
@@ -173,8 +229,9 @@ static inline int parts_for(XLA_FFI_CallFrame* frame, int64_t total) {
 static inline void run_job(XLA_FFI_CallFrame* frame, Job* job) {
     atomic_init(&job->next, 0);
     atomic_init(&job->done, 0);
-    atomic_init(&job->refs, job->parts); /* the caller + parts - 1 tasks */
-    for (int k = 1; k < job->parts; ++k) {
+    int workers = job->workers > 0 && job->workers < job->parts ? job->workers : job->parts;
+    atomic_init(&job->refs, workers); /* the caller + workers - 1 tasks */
+    for (int k = 1; k < workers; ++k) {
         XLA_FFI_ThreadPool_Schedule_Args args;
         memset(&args, 0, sizeof(args));
         args.struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE;
@@ -202,6 +259,52 @@ static inline Job* new_job(int64_t n, size_t extra) {
     job->offset = (int64_t*)(block + head);
     job->data = block + head + offsets;
     return job;
+}
+
+/* Makes `job` (its offsets set) a two-phase job: the leaves are cut into groups, consecutive leaves of at most
+ * `group_elements` elements in all or one larger leaf alone, and each group into parts_for(its size) parts of
+ * phase 0 (reading the group) followed by as many of phase 1 (updating it, once the whole group has been read; see
+ * run_item). A group that fits in the cache is still there for phase 1, so its data comes from memory once.
+ * Returns 0, or -1 when out of memory. */
+static inline int plan_two_phase(XLA_FFI_CallFrame* frame, Job* job, int64_t group_elements) {
+    int64_t n = job->n, groups = 0, items = 0, slots = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        groups = items = slots = 0;
+        for (int64_t first = 0; first < n;) {
+            int64_t last = first + 1; /* the group: leaves [first, last) */
+            while (last < n && job->offset[last + 1] - job->offset[first] <= group_elements) ++last;
+            int64_t begin = job->offset[first], size = job->offset[last] - begin;
+            int parts = parts_for(frame, size);
+            int64_t reads = items;
+            for (int phase = 0; phase < 2; ++phase)
+                for (int k = 0; k < parts; ++k, ++items) {
+                    int64_t lo = k == 0 ? begin : (begin + size * k / parts) & ~(int64_t)15;
+                    int64_t hi = k + 1 == parts ? begin + size : (begin + size * (k + 1) / parts) & ~(int64_t)15;
+                    int64_t leaf = first_leaf_after(job, lo), end = leaf;
+                    while (end < n && job->offset[end] < hi) ++end;
+                    if (pass == 1) {
+                        Item* item = &job->items[items];
+                        *item = (Item){lo, hi, (int)groups, phase, leaf, phase == 0 ? slots : -1, reads};
+                        job->read_parts[groups] = parts;
+                    }
+                    if (phase == 0) slots += end > leaf ? end - leaf : 1;
+                }
+            ++groups;
+            first = last;
+        }
+        if (pass == 0) { /* one allocation: the items, then the counters and part counts of the groups */
+            size_t head = ((size_t)items * sizeof(Item) + 15) & ~(size_t)15;
+            char* block = (char*)calloc(1, head + (size_t)(groups + 1) * (sizeof(atomic_int) + sizeof(int)));
+            if (block == NULL) return -1;
+            job->items = (Item*)block;
+            job->read_done = (atomic_int*)(block + head);
+            job->read_parts = (int*)(job->read_done + groups + 1);
+        }
+    }
+    job->parts = (int)items;
+    job->slots = slots;
+    job->workers = parts_for(frame, job->offset[n]);
+    return 0;
 }
 
 /* XLA passes an aliased result in its operand's buffer; copy first if it ever does not. */

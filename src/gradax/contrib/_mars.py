@@ -55,7 +55,7 @@ def mars_clip(g: jax.Array, last: jax.Array, scale: jax.Array, bound: jax.Array)
     The corrected gradient is written here as :math:`g + (-s)(g_{t-1} - g)`, the same number as the element-wise
     passes' :math:`g + s (g - g_{t-1})` but not the same expression, so that XLA does not share one temporary array
     between them: the reduction reads ``g`` and ``last`` once, and each element-wise pass recomputes its own.
-    ``gradax.fused.mars`` computes the same reduction before its kernel.
+    ``gradax.fused.mars``'s kernel sums the same float32 squares, in float64 (docs/differences.md).
     """
     gc = g.astype(compute_dtype(g.dtype))
     d = gc + (-scale) * (last - gc)

@@ -66,11 +66,13 @@ def cautious_adamw(
     ``init`` and ``update`` are those of ``gradax.cautious(gradax.adamw(...))`` with the same arguments: same state,
     same updates. ``step(params, state, grads)`` returns ``(new_params, new_state)`` (arguments in the order of the
     results: donate them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend it is one
-    multithreaded C kernel call per 32 leaves: a read-only pass recomputes AdamW's update and counts, per leaf, the
-    elements it keeps (an exact integer), then the AdamW pass writes the moments and the params in place, each
-    update zeroed or rescaled: 44 bytes per float32 parameter, where XLA's passes move 60. It takes trees whose
-    params, grads and moments are float32, and its results are bit for bit those of ``update`` + ``apply_updates``
-    compiled by XLA:CPU. For other dtypes, 8-bit moments, ``cautious_weight_decay``, array-valued (per-element)
+    multithreaded C kernel call per 32 leaves, taking them in groups that fit in the cache: a read-only pass
+    recomputes AdamW's update and counts, per leaf, the elements it keeps (an exact integer), then the AdamW pass
+    writes the moments and the params in place, each update zeroed or rescaled, reading what the first pass left in
+    the cache: 44 bytes per float32 parameter at most, where XLA's passes move 60. It takes trees whose params,
+    grads and moments are float32, and its results are bit for bit those of ``update`` + ``apply_updates``
+    compiled by XLA:CPU (but for some long vectors, where XLA rounds the first moment otherwise: see
+    docs/differences.md). For other dtypes, 8-bit moments, ``cautious_weight_decay``, array-valued (per-element)
     hyperparameters, on GPU, with several devices under ``jit`` (GSPMD sharding), under ``jax_enable_x64`` or
     without a C compiler ``step`` is ``update`` followed by ``apply_updates``, and so are ``vmap`` and autodiff of
     ``step``.

@@ -10,7 +10,7 @@ from .. import _kernels
 from .._base import MaskOrFn, Params, ScalarOrSchedule, Updates
 from .._checks import argument_error
 from .._numerics import safe_int32_increment
-from ..contrib._mars import MarsScalars, ScaleByMarsState, mars_clip
+from ..contrib._mars import MarsScalars, ScaleByMarsState
 from ..contrib._mars import mars as _mars
 from ._common import (
     DecayAndRate,
@@ -58,11 +58,14 @@ def mars(
 
     ``init`` and ``update`` are those of ``gradax.contrib.mars(...)`` (same arguments, same state, same updates).
     ``step(params, state, grads)`` returns ``(new_params, new_state)`` (arguments in the order of the results: donate
-    them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend it is one reduction per leaf (the
-    norm of the corrected gradient, computed by XLA with ``update``'s own code) and then one multithreaded C kernel
-    over every leaf, writing the params, both moments and the kept gradient in place: 44 bytes per float32
-    parameter, where XLA's passes move 72. It takes trees whose params, grads and state are float32, and its results
-    are bit for bit those of ``update`` + ``apply_updates`` compiled by XLA:CPU. For other dtypes, with
+    them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend it is one multithreaded C kernel
+    call per 32 leaves, taking them in groups that fit in the cache: a read-only pass sums each leaf's squares of
+    the corrected gradient (its norm), then the update pass writes the params, both moments and the kept gradient in
+    place, reading the gradients the first pass left in the cache: 44 bytes per float32 parameter at most, where
+    XLA's passes move 72. It takes trees whose params, grads and state are float32. Its element-wise arithmetic is
+    XLA:CPU's, rounding for rounding; the norm is the float32 squares summed in float64 (``update``'s is XLA's
+    float32 reduction, in XLA's order), so its results are bit for bit those of ``update`` + ``apply_updates``
+    where no leaf is clipped and within float32 rounding where one is. For other dtypes, with
     ``cautious_weight_decay``, on GPU, with several devices under ``jit`` (GSPMD sharding), under
     ``jax_enable_x64`` or without a C compiler ``step`` is ``update`` followed by ``apply_updates``, and so are
     ``vmap`` and autodiff of ``step``.
@@ -118,13 +121,12 @@ def mars(
         neg_lr, rate, decayed, new_decay, new_lr = tail.at(decay_state, lr_state, params, treedef)
         count = safe_int32_increment(mars_state.count)
         k = MarsScalars.at(b1, b2, gamma, eps, max_norm, count)
-        # each leaf's clipping factor, by update's own code (the same fused reduction, so the same bits)
-        clip = jnp.stack([mars_clip(g, last, k.scale, k.bound) for g, last in zip(g_leaves, l_leaves, strict=True)])
         named = dict(b1=k.beta1, one_minus_b1=1 - k.beta1, b2=k.beta2, one_minus_b2=1 - k.beta2)
-        named.update(inv_c1=k.inv1, inv_c2=k.inv2, eps=k.eps, scale=k.scale, weight_decay=rate, neg_lr=neg_lr)
+        named.update(inv_c1=k.inv1, inv_c2=k.inv2, eps=k.eps, scale=k.scale, max_norm=k.bound)
+        named.update(weight_decay=rate, neg_lr=neg_lr)
         scalars = jnp.stack([jnp.asarray(named[name], jnp.float32) for name in _kernels.MARS_SCALARS])
         new_p, new_m, new_v, new_l = _kernels.mars_step(
-            scalars, clip, jnp.asarray(decayed), p_leaves, g_leaves, m_leaves, v_leaves, l_leaves
+            scalars, jnp.asarray(decayed), p_leaves, g_leaves, m_leaves, v_leaves, l_leaves
         )
         new_mars = ScaleByMarsState(
             count=count, mu=treedef.unflatten(new_m), nu=treedef.unflatten(new_v), last_grad=treedef.unflatten(new_l)

@@ -261,61 +261,45 @@ static inline Job* new_job(int64_t n, size_t extra) {
     return job;
 }
 
-static inline int64_t group_end(const Job* job, int64_t first, int64_t group_elements) {
-    int64_t last = first + 1; /* the group: leaves [first, last) */
-    while (last < job->n && job->offset[last + 1] - job->offset[first] <= group_elements) ++last;
-    return last;
-}
-
-/* Appends the parts of one phase of the group of leaves [first, last) at job->items[*items]. */
-static inline void plan_phase(XLA_FFI_CallFrame* frame, Job* job, int group, int phase, int64_t first, int64_t last,
-                              int64_t reads, int64_t* items, int64_t* slots) {
-    int64_t begin = job->offset[first], size = job->offset[last] - begin;
-    int parts = parts_for(frame, size);
-    job->read_parts[group] = parts;
-    for (int k = 0; k < parts; ++k, ++*items) {
-        int64_t lo = k == 0 ? begin : (begin + size * k / parts) & ~(int64_t)15;
-        int64_t hi = k + 1 == parts ? begin + size : (begin + size * (k + 1) / parts) & ~(int64_t)15;
-        int64_t leaf = first_leaf_after(job, lo), end = leaf;
-        while (end < job->n && job->offset[end] < hi) ++end;
-        job->items[*items] = (Item){lo, hi, group, phase, leaf, phase == 0 ? *slots : -1, reads};
-        if (phase == 0) *slots += end > leaf ? end - leaf : 1;
-    }
-}
-
 /* Makes `job` (its offsets set) a two-phase job: the leaves are cut into groups, consecutive leaves of at most
  * `group_elements` elements in all or one larger leaf alone, and each group into parts_for(its size) parts of
- * phase 0 (reading the group) and as many of phase 1 (updating it, once the whole group has been read; see
- * run_item). A group that fits in the cache is still there for phase 1, so its data comes from memory once. The
- * parts are claimed in the order phase 0 of groups 0 and 1, phase 1 of group 0, phase 0 of group 2, phase 1 of
- * group 1, ...: a thread that claims a part of phase 1 finds the group's phase 0 done (it claimed the next group's
- * reading after it), rarely waiting, and two groups are in the cache at once. Returns 0, or -1 when out of memory. */
+ * phase 0 (reading the group) followed by as many of phase 1 (updating it, once the whole group has been read; see
+ * run_item). A group that fits in the cache is still there for phase 1, so its data comes from memory once.
+ * Returns 0, or -1 when out of memory. */
 static inline int plan_two_phase(XLA_FFI_CallFrame* frame, Job* job, int64_t group_elements) {
     int64_t n = job->n, groups = 0, items = 0, slots = 0;
-    for (int64_t first = 0; first < n; first = group_end(job, first, group_elements)) {
-        items += 2 * parts_for(frame, job->offset[group_end(job, first, group_elements)] - job->offset[first]);
-        ++groups;
-    }
-    /* one allocation: the items, then the counters, part counts, first leaves and first reads of the groups */
-    size_t head = ((size_t)items * sizeof(Item) + 15) & ~(size_t)15;
-    size_t per_group = sizeof(atomic_int) + sizeof(int) + 2 * sizeof(int64_t);
-    char* block = (char*)calloc(1, head + (size_t)(groups + 1) * per_group + 16);
-    if (block == NULL) return -1;
-    job->items = (Item*)block;
-    int64_t* bounds = (int64_t*)(block + head); /* group g: leaves [bounds[g], bounds[g + 1]) */
-    int64_t* reads = bounds + groups + 1;       /* the index of group g's first part of phase 0 */
-    job->read_done = (atomic_int*)(reads + groups + 1);
-    job->read_parts = (int*)(job->read_done + groups + 1);
-    groups = 0;
-    for (int64_t first = 0; first < n; first = group_end(job, first, group_elements)) bounds[groups++] = first;
-    bounds[groups] = n;
-    items = 0;
-    for (int64_t g = 0; g <= groups; ++g) {
-        if (g < groups) {
-            reads[g] = items;
-            plan_phase(frame, job, (int)g, 0, bounds[g], bounds[g + 1], items, &items, &slots);
+    for (int pass = 0; pass < 2; ++pass) {
+        groups = items = slots = 0;
+        for (int64_t first = 0; first < n;) {
+            int64_t last = first + 1; /* the group: leaves [first, last) */
+            while (last < n && job->offset[last + 1] - job->offset[first] <= group_elements) ++last;
+            int64_t begin = job->offset[first], size = job->offset[last] - begin;
+            int parts = parts_for(frame, size);
+            int64_t reads = items;
+            for (int phase = 0; phase < 2; ++phase)
+                for (int k = 0; k < parts; ++k, ++items) {
+                    int64_t lo = k == 0 ? begin : (begin + size * k / parts) & ~(int64_t)15;
+                    int64_t hi = k + 1 == parts ? begin + size : (begin + size * (k + 1) / parts) & ~(int64_t)15;
+                    int64_t leaf = first_leaf_after(job, lo), end = leaf;
+                    while (end < n && job->offset[end] < hi) ++end;
+                    if (pass == 1) {
+                        Item* item = &job->items[items];
+                        *item = (Item){lo, hi, (int)groups, phase, leaf, phase == 0 ? slots : -1, reads};
+                        job->read_parts[groups] = parts;
+                    }
+                    if (phase == 0) slots += end > leaf ? end - leaf : 1;
+                }
+            ++groups;
+            first = last;
         }
-        if (g > 0) plan_phase(frame, job, (int)(g - 1), 1, bounds[g - 1], bounds[g], reads[g - 1], &items, &slots);
+        if (pass == 0) { /* one allocation: the items, then the counters and part counts of the groups */
+            size_t head = ((size_t)items * sizeof(Item) + 15) & ~(size_t)15;
+            char* block = (char*)calloc(1, head + (size_t)(groups + 1) * (sizeof(atomic_int) + sizeof(int)));
+            if (block == NULL) return -1;
+            job->items = (Item*)block;
+            job->read_done = (atomic_int*)(block + head);
+            job->read_parts = (int*)(job->read_done + groups + 1);
+        }
     }
     job->parts = (int)items;
     job->slots = slots;

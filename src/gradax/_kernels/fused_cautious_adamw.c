@@ -236,7 +236,7 @@ XLA_FFI_Error* gradax_cautious_adamw_step(XLA_FFI_CallFrame* frame) {
         a->single[i] = size == 1;
     }
     job->run = cautious_run;
-    if (plan_two_phase(frame, job, GROUP_ELEMENTS) != 0) return cautious_error(frame, job, "out of memory");
+    if (plan_two_phase(frame, job, GROUP_ELEMENTS, 0) != 0) return cautious_error(frame, job, "out of memory");
     run_job(frame, job);
     release(job);
     return NULL;

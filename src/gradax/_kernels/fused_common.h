@@ -103,6 +103,7 @@ struct Job {
     atomic_int* read_done; /* a two-phase job: the read parts finished, per group */
     int* read_parts;       /* a two-phase job: the read parts of each group */
     int64_t slots;         /* a two-phase job: the (phase 0 item, leaf it reads) pairs (Item.slot) */
+    void* scratch;         /* a two-phase job: the kernel's bytes per slot (plan_two_phase), zeroed */
 };
 
 /* A part of a two-phase job: elements [begin, end) of the leaves laid end to end, in group `group`, of phase 0
@@ -126,46 +127,53 @@ static inline int64_t first_leaf_after(const Job* job, int64_t begin) {
     return lo;
 }
 
+/* The leaf after the last one that starts before `end`, from `first` on. */
+static inline int64_t leaf_end(const Job* job, int64_t first, int64_t end) {
+    while (first < job->n && job->offset[first] < end) ++first;
+    return first;
+}
+
+/* A backward range goes in chunks of this many elements (each chunk forward). */
+#define BACKWARD_CHUNK (1 << 14)
+
+/* Elements [begin, end) of the leaves laid end to end, leaf by leaf: job->run(job, k, leaf, lo, hi). Backward, the
+ * last leaf first and each leaf from its end, so a pass starts on what the pass before read last: the part of a
+ * group larger than the cache that is still in it. */
+static inline void run_range(Job* job, int k, int64_t begin, int64_t end, int backward) {
+    int64_t first = first_leaf_after(job, begin), last = leaf_end(job, first, end);
+    for (int64_t step = 0; step < last - first; ++step) {
+        int64_t leaf = backward ? last - 1 - step : first + step;
+        int64_t a = begin > job->offset[leaf] ? begin - job->offset[leaf] : 0;
+        int64_t b = (end < job->offset[leaf + 1] ? end : job->offset[leaf + 1]) - job->offset[leaf];
+        if (!backward) {
+            if (b > a) job->run(job, k, leaf, a, b);
+            continue;
+        }
+        for (int64_t hi = b; hi > a;) {
+            int64_t lo = hi - a > BACKWARD_CHUNK ? ((hi - BACKWARD_CHUNK) & ~(int64_t)15) : a;
+            if (lo < a) lo = a;
+            job->run(job, k, leaf, lo, hi);
+            hi = lo;
+        }
+    }
+}
+
 static inline void run_part(Job* job, int k) {
     int64_t total = job->offset[job->n];
     /* parts start on multiples of 16 elements: no two threads write one cache line */
     int64_t begin = (total * k / job->parts) & ~(int64_t)15;
     int64_t end = k + 1 == job->parts ? total : (total * (k + 1) / job->parts) & ~(int64_t)15;
-    for (int64_t leaf = first_leaf_after(job, begin); leaf < job->n && job->offset[leaf] < end; ++leaf) {
-        int64_t a = begin > job->offset[leaf] ? begin - job->offset[leaf] : 0;
-        int64_t b = (end < job->offset[leaf + 1] ? end : job->offset[leaf + 1]) - job->offset[leaf];
-        if (b > a) job->run(job, k, leaf, a, b);
-    }
+    run_range(job, k, begin, end, 0);
 }
 
-/* Elements [begin, end) of the leaves laid end to end, leaf by leaf: job->run(job, item index, leaf, lo, hi). Phase 1
- * goes backward, in chunks of PHASE_CHUNK elements (each chunk forward), so that it starts on what phase 0 read
- * last: the part of a group larger than the cache that is still in it. */
-#define PHASE_CHUNK (1 << 14)
-
+/* A two-phase job's part k: phase 1 waits for its group's phase 0, then goes backward (run_range). */
 static inline void run_item(Job* job, int k) {
     const Item* item = &job->items[k];
     if (item->phase == 1) { /* every read part of the group was claimed before this one, by a running thread */
         while (atomic_load_explicit(&job->read_done[item->group], memory_order_acquire) < job->read_parts[item->group])
             sched_yield();
     }
-    int64_t first = item->first_leaf, last = first;
-    while (last < job->n && job->offset[last] < item->end) ++last;
-    for (int64_t step = 0; step < last - first; ++step) {
-        int64_t leaf = item->phase == 1 ? last - 1 - step : first + step;
-        int64_t a = item->begin > job->offset[leaf] ? item->begin - job->offset[leaf] : 0;
-        int64_t b = (item->end < job->offset[leaf + 1] ? item->end : job->offset[leaf + 1]) - job->offset[leaf];
-        if (item->phase == 0) {
-            if (b > a) job->run(job, k, leaf, a, b);
-            continue;
-        }
-        for (int64_t hi = b; hi > a;) {
-            int64_t lo = hi - a > PHASE_CHUNK ? ((hi - PHASE_CHUNK) & ~(int64_t)15) : a;
-            if (lo < a) lo = a;
-            job->run(job, k, leaf, lo, hi);
-            hi = lo;
-        }
-    }
+    run_range(job, k, item->begin, item->end, item->phase == 1);
     if (item->phase == 0) atomic_fetch_add_explicit(&job->read_done[item->group], 1, memory_order_release);
 }
 
@@ -181,7 +189,7 @@ static inline void work(Job* job) {
 
 static inline void release(Job* job) {
     if (atomic_fetch_sub_explicit(&job->refs, 1, memory_order_acq_rel) == 1) {
-        free(job->items); /* a two-phase job's plan (plan_two_phase), NULL otherwise */
+        free(job->scratch); /* a two-phase job's plan (plan_two_phase), NULL otherwise */
         free(job);
     }
 }
@@ -265,8 +273,9 @@ static inline Job* new_job(int64_t n, size_t extra) {
  * `group_elements` elements in all or one larger leaf alone, and each group into parts_for(its size) parts of
  * phase 0 (reading the group) followed by as many of phase 1 (updating it, once the whole group has been read; see
  * run_item). A group that fits in the cache is still there for phase 1, so its data comes from memory once.
- * Returns 0, or -1 when out of memory. */
-static inline int plan_two_phase(XLA_FFI_CallFrame* frame, Job* job, int64_t group_elements) {
+ * job->scratch gets `slot_bytes` zeroed bytes per slot (Item.slot) for the kernel's partial results. Returns 0, or
+ * -1 when out of memory. */
+static inline int plan_two_phase(XLA_FFI_CallFrame* frame, Job* job, int64_t group_elements, size_t slot_bytes) {
     int64_t n = job->n, groups = 0, items = 0, slots = 0;
     for (int pass = 0; pass < 2; ++pass) {
         groups = items = slots = 0;
@@ -280,8 +289,7 @@ static inline int plan_two_phase(XLA_FFI_CallFrame* frame, Job* job, int64_t gro
                 for (int k = 0; k < parts; ++k, ++items) {
                     int64_t lo = k == 0 ? begin : (begin + size * k / parts) & ~(int64_t)15;
                     int64_t hi = k + 1 == parts ? begin + size : (begin + size * (k + 1) / parts) & ~(int64_t)15;
-                    int64_t leaf = first_leaf_after(job, lo), end = leaf;
-                    while (end < n && job->offset[end] < hi) ++end;
+                    int64_t leaf = first_leaf_after(job, lo), end = leaf_end(job, leaf, hi);
                     if (pass == 1) {
                         Item* item = &job->items[items];
                         *item = (Item){lo, hi, (int)groups, phase, leaf, phase == 0 ? slots : -1, reads};
@@ -292,11 +300,13 @@ static inline int plan_two_phase(XLA_FFI_CallFrame* frame, Job* job, int64_t gro
             ++groups;
             first = last;
         }
-        if (pass == 0) { /* one allocation: the items, then the counters and part counts of the groups */
-            size_t head = ((size_t)items * sizeof(Item) + 15) & ~(size_t)15;
+        if (pass == 0) { /* one allocation: the kernel's slots, the items, the groups' counters and part counts */
+            size_t scratch = ((size_t)slots * slot_bytes + 15) & ~(size_t)15;
+            size_t head = scratch + (((size_t)items * sizeof(Item) + 15) & ~(size_t)15);
             char* block = (char*)calloc(1, head + (size_t)(groups + 1) * (sizeof(atomic_int) + sizeof(int)));
             if (block == NULL) return -1;
-            job->items = (Item*)block;
+            job->scratch = block;
+            job->items = (Item*)(block + scratch);
             job->read_done = (atomic_int*)(block + head);
             job->read_parts = (int*)(job->read_done + groups + 1);
         }

@@ -42,7 +42,7 @@ typedef struct Mars Mars;
 struct Mars {
     float s[NM];
     float* decay;                  /* [n] */
-    double* partial;               /* [job->slots]: each phase 0 item's sum of squares of each leaf it reads */
+    double* partial;               /* [job->slots] (job->scratch): each phase 0 part's sum of squares of each leaf */
     const int64_t* offset;         /* [n + 1]: the job's leaf offsets */
     float **p, **g, **m, **v, **l; /* p, m, v, l updated in place (the results alias the operands) */
     void (*norm_span)(Mars* a, int64_t slot, int64_t leaf, int64_t lo, int64_t hi); /* this CPU's variants */
@@ -125,11 +125,9 @@ GRADAX_FMA_VARIANTS(step_span, mars_body, (const Mars* a, float clip, int64_t le
 static float clip_of(const Job* job, const Mars* a, int64_t item, int64_t leaf) {
     double sum = 0.0;
     const Item* read = &job->items[job->items[item].reads];
-    for (; read->phase == 0 && read->group == job->items[item].group; ++read) {
-        int64_t last = read->first_leaf;
-        while (last < job->n && job->offset[last] < read->end) ++last;
-        if (leaf >= read->first_leaf && leaf < last) sum += a->partial[read->slot + (leaf - read->first_leaf)];
-    }
+    for (; read->phase == 0 && read->group == job->items[item].group; ++read)
+        if (leaf >= read->first_leaf && job->offset[leaf] < read->end) /* the part reads this leaf */
+            sum += a->partial[read->slot + (leaf - read->first_leaf)];
     float norm = job->offset[leaf + 1] - job->offset[leaf] == 1 ? (float)sum : sqrtf((float)sum);
     float ratio = norm / a->s[M_MAX_NORM];
     return 1.0f / (ratio > 1.0f || ratio != ratio ? ratio : 1.0f);
@@ -199,14 +197,10 @@ XLA_FFI_Error* gradax_mars_step(XLA_FFI_CallFrame* frame) {
         job->offset[i + 1] = job->offset[i] + size;
     }
     job->run = mars_run;
-    if (plan_two_phase(frame, job, GROUP_ELEMENTS) != 0) return mars_error(frame, job, "out of memory");
-    a->partial = (double*)calloc((size_t)(job->slots > 0 ? job->slots : 1), sizeof(double));
-    if (a->partial == NULL) {
-        free(job->items);
+    if (plan_two_phase(frame, job, GROUP_ELEMENTS, sizeof(double)) != 0)
         return mars_error(frame, job, "out of memory");
-    }
+    a->partial = (double*)job->scratch;
     run_job(frame, job);
-    free(a->partial); /* run_job returns when every item is done; a late pool task touches only the job */
     release(job);
     return NULL;
 }

@@ -6,9 +6,10 @@ step in the basis then changed by O(1) between a sharded and an unsharded run (s
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from gradax import contrib
-from gradax.contrib._soap import _eigenbasis, _power_qr
+from gradax.contrib._soap import _eigenbasis, _power_qr, _qr_pass, _zero_columns
 from tests.contrib._helpers import assert_each_leaf_as_if_alone
 
 
@@ -52,6 +53,46 @@ def test_power_iteration_refresh_does_not_depend_on_rounding():
     a, b = _refresh(s, q), _refresh(_jitter(s, rng), q)
     np.testing.assert_allclose(a, b, atol=1e-4)
     np.testing.assert_allclose(a.T @ a, np.eye(8), atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [1e-8, 1e-4, 1e4])
+def test_refresh_of_a_rank_deficient_statistic_does_not_depend_on_its_scale(scale):
+    # the basis of c L is the basis of L: the columns adding no direction are judged against the columns of L Q,
+    # never against the previous basis's unit columns that stand in for them (which, before, made every column of
+    # a small statistic look null, and froze its basis)
+    rng = np.random.default_rng(6)
+    s1 = _gram(rng, 16, 3)
+    q = _eigenbasis(jnp.asarray(s1))
+    s = 0.9 * s1 + _gram(rng, 16, 2)  # rank 5
+    a = _refresh(s, q)
+    b = _refresh((s * np.float32(scale)).astype(np.float32), q)
+    np.testing.assert_allclose(b, a, atol=1e-4)
+
+
+@pytest.mark.parametrize("steady", [True, False])
+def test_columns_known_null_before_the_qr_are_ones_the_qr_finds(steady):
+    # the null columns are marked from their norms before the QR (so a steady null space costs one QR, not two):
+    # every column so marked is one that a pass without marks finds adding no direction, and where the previous
+    # basis already spans the null space (the steady state), they are all of them and the pass finds no more
+    rng = np.random.default_rng(7)
+    d, r = 32, 6
+    s = _gram(rng, d, r)
+    if steady:
+        q = _eigenbasis(jnp.asarray(s))
+    else:
+        q = jnp.asarray(np.linalg.qr(rng.normal(size=(d, d)))[0].astype(np.float32))
+    lq = jnp.asarray(s) @ q
+    est = jnp.sum(q * lq, axis=0)
+    seed = np.asarray(_zero_columns(lq, est))
+    _, found = _qr_pass(lq, q, est, jnp.zeros(d, bool))
+    found = np.asarray(found)
+    assert not np.any(seed & ~found)
+    if steady:
+        assert seed.sum() == d - r
+        _, again = _qr_pass(lq, q, est, jnp.asarray(seed))
+        np.testing.assert_array_equal(np.asarray(again), seed)
+    else:
+        assert seed.sum() == 0 and found.sum() == d - r
 
 
 def test_full_rank_refresh_is_the_plain_sorted_qr():

@@ -108,12 +108,17 @@ def _qr_pass(lq: jax.Array, q: jax.Array, est: jax.Array, bad: jax.Array) -> tup
     qq, r = jnp.linalg.qr(jnp.where(bad, q, lq)[:, order])
     diag = jnp.abs(jnp.diagonal(r))
     back = jnp.zeros(d, order.dtype).at[order].set(jnp.arange(d, dtype=order.dtype))
-    return qq[:, back], bad | (diag <= _null_tolerance(jnp.max(diag), d, q.dtype))[back]
+    # the scale is that of the columns of L Q: a previous basis's column has norm 1 whatever the statistics' scale
+    scale = jnp.max(jnp.where(bad[order], 0, diag))
+    return qq[:, back], bad | (diag <= _null_tolerance(scale, d, q.dtype))[back]
 
 
-def _qr_repair(lq: jax.Array, q: jax.Array, est: jax.Array, first: jax.Array, bad: jax.Array) -> jax.Array:
-    """The passes after the ``first`` (which found the columns ``bad``): again while a pass finds columns adding no
-    direction that the pass before did not (at most two more: three passes in all)."""
+def _qr_repair(
+    lq: jax.Array, q: jax.Array, est: jax.Array, first: jax.Array, bad: jax.Array, seed: jax.Array
+) -> jax.Array:
+    """The passes after the ``first`` (which was given the columns ``seed`` and found the columns ``bad``): again
+    while a pass finds columns adding no direction that the pass before did not (at most two more: three passes in
+    all)."""
 
     def body(carry):
         _, found, passes, _ = carry
@@ -124,7 +129,21 @@ def _qr_repair(lq: jax.Array, q: jax.Array, est: jax.Array, first: jax.Array, ba
         _, found, passes, before = carry
         return (passes < 3) & jnp.any(found & ~before)
 
-    return jax.lax.while_loop(again, body, (first, bad, jnp.int32(1), jnp.zeros_like(bad)))[0]
+    return jax.lax.while_loop(again, body, (first, bad, jnp.int32(1), seed))[0]
+
+
+def _zero_columns(lq: jax.Array, est: jax.Array) -> jax.Array:
+    """The columns of ``L Q`` (a ``(..., d, d)`` batch) short enough to add no direction to any Gram-Schmidt pass:
+    known before the QR, so that the pass can take the previous basis's columns for them at once.
+
+    A column's norm bounds what it adds (``|R_jj| <= ||a_j||``), and the column of largest estimate comes first, so
+    its norm is ``|R_11|``, at most the largest ``|R_jj|`` that scales the QR's own test: a column under the tolerance
+    for that norm is one the QR would find adding nothing. Such are the columns in the null space of a rank-deficient
+    statistic (an embedding's rows that no batch has reached, a gradient repeated step after step): without this,
+    every refresh of such a factor ran a QR to find them and a second one without them."""
+    norms = jnp.sqrt(jnp.sum(jnp.square(lq), axis=-2))
+    lead = jnp.take_along_axis(norms, jnp.argmax(est, axis=-1)[..., None], axis=-1)
+    return norms <= _null_tolerance(lead, lq.shape[-1], lq.dtype)
 
 
 def _power_qr(stats: tuple, bases: tuple) -> tuple:
@@ -150,10 +169,13 @@ def _power_qr(stats: tuple, bases: tuple) -> tuple:
             continue
         lq = jnp.matmul(s, q, precision=_HIGHEST)
         est = jnp.sum(q * lq, axis=-2)
-        first, bad = _per_matrix(_qr_pass, lq, q, est, jnp.zeros(est.shape, bool))
+        seed = _zero_columns(lq, est)
+        first, bad = _per_matrix(_qr_pass, lq, q, est, seed)
         qq = jax.lax.cond(
-            jnp.any(bad),
-            lambda lq=lq, q=q, est=est, first=first, bad=bad: _per_matrix(_qr_repair, lq, q, est, first, bad),
+            jnp.any(bad & ~seed),
+            lambda lq=lq, q=q, est=est, first=first, bad=bad, seed=seed: _per_matrix(
+                _qr_repair, lq, q, est, first, bad, seed
+            ),
             lambda first=first: first,
         )
         out.append(_canonical_signs(qq))

@@ -171,6 +171,35 @@ def specs() -> list[Spec]:
             2.0,
         ),
         Spec("scion", lambda o, cfg: o.contrib.scion(1e-3), "pytorch_optimizer.SCION", _plain("SCION", lr=1e-3), 2.0),
+        # the same four with bfloat16 Newton-Schulz products, the precision the references run theirs in
+        Spec(
+            "muon_bf16",
+            lambda o, cfg: o.contrib.muon(0.02, ns_dtype="bfloat16"),
+            "pytorch_optimizer.Muon",
+            lambda n, cfg: _po().Muon(_muon_groups(n), lr=0.02),
+            2.0,
+        ),
+        Spec(
+            "normuon_bf16",
+            lambda o, cfg: o.contrib.normuon(0.02, ns_dtype="bfloat16"),
+            "pytorch_optimizer.NorMuon",
+            lambda n, cfg: _po().NorMuon(_muon_groups(n), lr=0.02),
+            2.0,
+        ),
+        Spec(
+            "adamuon_bf16",
+            lambda o, cfg: o.contrib.adamuon(0.02, ns_dtype="bfloat16"),
+            "pytorch_optimizer.AdaMuon",
+            lambda n, cfg: _po().AdaMuon(_muon_groups(n), lr=0.02),
+            2.0,
+        ),
+        Spec(
+            "scion_bf16",
+            lambda o, cfg: o.contrib.scion(1e-3, ns_dtype="bfloat16"),
+            "pytorch_optimizer.SCION",
+            _plain("SCION", lr=1e-3),
+            2.0,
+        ),
         Spec(
             "cautious_adamw",
             lambda o, cfg: o.cautious(o.adamw(1e-3, weight_decay=1e-4)),

@@ -66,9 +66,16 @@ class MuonState(NamedTuple):
     ns_coeffs: jax.Array
 
 
-def _newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps) -> jax.Array:
+def _newton_schulz(
+    x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps, ns_dtype: Any | None = None
+) -> jax.Array:
     """Approximately ``U V^T`` of one matrix ``x = U S V^T`` by the quintic iteration
-    ``X <- a X + (b A + c A^2) X`` with ``A = X X^H`` (memory: ``x`` plus two ``min(m, n)^2`` matrices)."""
+    ``X <- a X + (b A + c A^2) X`` with ``A = X X^H`` (memory: ``x`` plus two ``min(m, n)^2`` matrices).
+
+    With ``ns_dtype`` the matrix products take their operands rounded to it and accumulate in ``x``'s dtype (see
+    :func:`_low_precision_newton_schulz`)."""
+    if ns_dtype is not None:
+        return _low_precision_newton_schulz(x, coeffs, ns_steps, preconditioning, eps, ns_dtype)
     transposed = x.shape[0] > x.shape[1]
     if transposed:
         x = x.T
@@ -89,6 +96,11 @@ def _newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioni
         b = c[1] * a + c[2] * (a @ a)
         return c[0] * x + b @ x
 
+    return _iterate(step, x, coeffs, ns_steps, transposed)
+
+
+def _iterate(step: Callable, x: jax.Array, coeffs: jax.Array, ns_steps: int, transposed: bool) -> jax.Array:
+    """``ns_steps`` Newton-Schulz steps: the first by itself (it may precondition), the rest in a ``scan``."""
     coeffs = coeffs.astype(x.dtype)
     per_step = coeffs.ndim == 2
     first = coeffs[0] if per_step else coeffs
@@ -99,9 +111,70 @@ def _newton_schulz(x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioni
     return x.T if transposed else x
 
 
-def orthogonalize(x, coeffs, ns_steps, preconditioning, eps, dims: MuonDimensionNumbers):
+def _low_precision_newton_schulz(
+    x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps, ns_dtype: Any
+) -> jax.Array:
+    """:func:`_newton_schulz` with every matrix product's operands rounded to ``ns_dtype`` (bfloat16 in Keller
+    Jordan's Muon) and accumulated in ``x``'s dtype, in which ``X``, ``A`` and the sums stay between products: the
+    products at the speed of the low precision (tensor cores, AVX-512 BF16), the iterate not rounded to it.
+
+    A tall matrix is transposed into memory (the barriers keep XLA from folding the transpose into the products):
+    XLA:CPU's low-precision kernels take a product only when it contracts each operand's last axis or the second's
+    first, which ``X^T X`` of a row-major tall ``X`` does not."""
+    if jnp.iscomplexobj(x):
+        raise ValueError(
+            f"ns_dtype={jnp.dtype(ns_dtype).name} rounds the Newton-Schulz products of real matrices; this one is "
+            f"{x.dtype.name}: leave ns_dtype=None for complex parameters"
+        )
+    acc = x.dtype
+    transposed = x.shape[0] > x.shape[1]
+    if transposed:
+        x = jax.lax.optimization_barrier(x.T)
+
+    def mm(a, b, contract=((1,), (0,))):
+        return jax.lax.dot_general(
+            a.astype(ns_dtype), b.astype(ns_dtype), (contract, ((), ())), preferred_element_type=acc
+        )
+
+    if preconditioning == "frobenius":
+        x = x / (jnp.linalg.norm(x) + eps)
+    elif preconditioning == "spectral":
+        x = x / (jnp.linalg.norm(x, ord=2) + eps)
+
+    def step(x, c, first):
+        xl = x.astype(ns_dtype)
+        a = mm(xl, xl, ((1,), (1,)))  # X X^T
+        if first and preconditioning == "aol":
+            s = jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.abs(a), axis=-1), eps))[:, None]
+            x, a = x * s, a * s * s.T
+            xl = x.astype(ns_dtype)
+        elif first and preconditioning == "schatten":
+            s = jax.lax.rsqrt(jnp.maximum(jnp.linalg.norm(a), eps))
+            x, a = x * s, a * s**2
+            xl = x.astype(ns_dtype)
+        b = c[1] * a + c[2] * mm(a, a)
+        return c[0] * x + mm(b, xl)
+
+    x = _iterate(step, x, coeffs, ns_steps, False)
+    return jax.lax.optimization_barrier(x).T if transposed else x
+
+
+def _ns_dtype(api: str, ns_dtype: Any) -> Any:
+    """``ns_dtype`` as a NumPy dtype (None stays None); anything but a real floating dtype is an error."""
+    if ns_dtype is None:
+        return None
+    try:
+        dt = jnp.dtype(ns_dtype)
+    except TypeError:
+        dt = None
+    if dt is None or not jnp.issubdtype(dt, jnp.floating):
+        raise argument_error(api, "ns_dtype", "None or a real floating dtype such as jnp.bfloat16", ns_dtype)
+    return dt
+
+
+def orthogonalize(x, coeffs, ns_steps, preconditioning, eps, dims: MuonDimensionNumbers, ns_dtype=None):
     """Orthogonalizes each matrix of ``x`` (batch axes x reduction axes x output axes), one at a time."""
-    return map_matrices(lambda m: _newton_schulz(m, coeffs, ns_steps, preconditioning, eps), x, dims)
+    return map_matrices(lambda m: _newton_schulz(m, coeffs, ns_steps, preconditioning, eps, ns_dtype), x, dims)
 
 
 def preset_rows(api: str, name: str, ns_steps: ArrayLike) -> tuple:
@@ -145,6 +218,7 @@ def scale_by_muon(
     adaptive: bool = False,
     preconditioning: str = "frobenius",
     weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Any] | None = None,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformation:
     r"""Muon's direction: bias-corrected (Nesterov) momentum, orthogonalized matrix by matrix.
 
@@ -172,6 +246,11 @@ def scale_by_muon(
       weight_dimension_numbers: :class:`MuonDimensionNumbers` for every leaf, a tree of them (a prefix of the
         updates), or a function of the updates returning one. Default: the last two axes are
         (input, output) and any leading axes are stacked layers.
+      ns_dtype: None (the iteration in the momentum's dtype, as Optax) or a lower precision such as
+        ``jnp.bfloat16`` for the iteration's matrix products: their operands are rounded to it and they accumulate
+        in the momentum's dtype, in which the iterate stays (Keller Jordan's Muon runs the whole iteration in
+        bfloat16). Use it where low-precision products are faster (GPU tensor cores, TPUs, CPUs with AVX-512 BF16
+        or AMX); the orthogonalized update then differs from float32's by about bfloat16's precision (1e-2).
 
     Returns:
       A :class:`GradientTransformation` with state :class:`MuonState`.
@@ -190,6 +269,7 @@ def scale_by_muon(
     """
     api = "scale_by_muon"
     _check(api, ns_coeffs, ns_steps, beta, eps, preconditioning)
+    ns_dtype = _ns_dtype(api, ns_dtype)
 
     def init(params):
         mu = zeros_state_like(params, mu_dtype)
@@ -212,7 +292,7 @@ def scale_by_muon(
                 m_hat = m_new / (1 - b**t)
             if d is None:
                 d = default_dims(g.ndim)
-            o = orthogonalize(m_hat, state.ns_coeffs, ns_steps, preconditioning, as_value(eps, cd), d)
+            o = orthogonalize(m_hat, state.ns_coeffs, ns_steps, preconditioning, as_value(eps, cd), d, ns_dtype)
             if adaptive:
                 o = jnp.sum(m_hat.conj() * o) * o
             return o.astype(g.dtype), m_new.astype(m.dtype)
@@ -272,6 +352,7 @@ def muon(
     muon_weight_dimension_numbers: Any = None,
     consistent_rms: ArrayLike | None = None,
     cautious_weight_decay: bool = False,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformation:
     r"""Muon for matrices, AdamW for everything else.
 
@@ -288,7 +369,8 @@ def muon(
 
     Args:
       learning_rate: :math:`\eta`, a number or a schedule.
-      ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov, adaptive, preconditioning: see :func:`scale_by_muon`;
+      ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov, adaptive, preconditioning, ns_dtype: see
+        :func:`scale_by_muon`;
         ``ns_coeffs`` may also be ``'standard'``, ``'dion'`` or
         ``'polar_express'`` (Amsel et al., 2025: per-step coefficients read from the first step, the last repeated
         when ``ns_steps`` exceeds 8).
@@ -317,6 +399,7 @@ def muon(
     """
     api = "muon"
     _check(api, ns_coeffs, ns_steps, beta, eps, preconditioning)
+    _ns_dtype(api, ns_dtype)
     check_non_negative(api, "learning_rate", learning_rate)
     check_non_negative(api, "weight_decay", weight_decay)
     if isinstance(ns_coeffs, str):
@@ -343,6 +426,7 @@ def muon(
             adaptive=adaptive,
             preconditioning=preconditioning,
             weight_dimension_numbers=dims_tree,
+            ns_dtype=ns_dtype,
         ),
         _scale_by_shape(dims_tree, consistent_rms),
         add_decayed_weights(weight_decay, weight_decay_mask, cautious=cautious_weight_decay),

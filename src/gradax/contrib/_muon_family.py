@@ -35,7 +35,16 @@ from ._matrix_shapes import (
     resolve_dims,
     to_matrices,
 )
-from ._muon import _DEFAULT_NS_COEFFS, _check, _newton_schulz, _ns_coeffs_array, _scale_by_shape, muon, preset_rows
+from ._muon import (
+    _DEFAULT_NS_COEFFS,
+    _check,
+    _newton_schulz,
+    _ns_coeffs_array,
+    _ns_dtype,
+    _scale_by_shape,
+    muon,
+    preset_rows,
+)
 
 _NS_EPS = 1e-7  # the floor of the Frobenius norm before the iteration
 _UPDATE_SCALES = ("rms", "preserve_norm")
@@ -63,9 +72,9 @@ class AdaMuonState(NamedTuple):
     ns_coeffs: jax.Array
 
 
-def _ortho(x, coeffs, ns_steps):
+def _ortho(x, coeffs, ns_steps, ns_dtype=None):
     """The Newton-Schulz polar factor of one ``(fan_in, fan_out)`` matrix (Frobenius normalization first)."""
-    return _newton_schulz(x, coeffs, ns_steps, "frobenius", _NS_EPS)
+    return _newton_schulz(x, coeffs, ns_steps, "frobenius", _NS_EPS, ns_dtype)
 
 
 def _leaf_dims(d, g):
@@ -84,6 +93,7 @@ def scale_by_normuon(
     update_scale: str = "rms",
     target_rms: ArrayLike = 0.2,
     weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Any] | None = None,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformation:
     r"""NorMuon's direction: Muon's orthogonalized momentum, normalized neuron by neuron by a second moment.
 
@@ -102,7 +112,7 @@ def scale_by_normuon(
     of Muon's update, as the authors' modded-nanogpt code does.
 
     Args:
-      ns_coeffs, ns_steps, mu_dtype, nesterov, weight_dimension_numbers: as in :func:`scale_by_muon` (presets
+      ns_coeffs, ns_steps, mu_dtype, nesterov, weight_dimension_numbers, ns_dtype: as in :func:`scale_by_muon` (presets
         ``'standard'``, ``'dion'``, ``'polar_express'``).
       beta: momentum decay in :math:`[0, 1)`.
       b2: decay of the per-neuron second moment in :math:`[0, 1)`.
@@ -125,6 +135,7 @@ def scale_by_normuon(
     """
     api = "scale_by_normuon"
     _check(api, ns_coeffs, ns_steps, beta, eps, "frobenius")
+    ns_dtype = _ns_dtype(api, ns_dtype)
     check_decay(api, "b2", b2)
     check_one_of(api, "update_scale", update_scale, _UPDATE_SCALES)
     check_positive(api, "target_rms", target_rms)
@@ -152,7 +163,7 @@ def scale_by_normuon(
             m_new = b * m.astype(cd) + (1 - b) * gc
             mt = (1 - b) * gc + b * m_new if nesterov else m_new
             flat, restore = to_matrices(mt, _leaf_dims(d, g))
-            o = jax.lax.map(lambda x: _ortho(x, state.ns_coeffs, ns_steps), flat)
+            o = jax.lax.map(lambda x: _ortho(x, state.ns_coeffs, ns_steps, ns_dtype), flat)
             # rows of zero length (an empty leaf) have mean square 0, not 0/0
             row_sq = jnp.mean(o * o, axis=1, keepdims=True) if o.shape[1] else jnp.zeros(v.shape, cd)
             v_new = beta2 * v.astype(cd) + (1 - beta2) * row_sq
@@ -190,6 +201,7 @@ def scale_by_adamuon(
     nesterov: bool = True,
     target_rms: ArrayLike = 0.2,
     weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Any] | None = None,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformation:
     r"""AdaMuon's direction: an elementwise second moment of the orthogonalized momentum, then an RMS-aligned scale.
 
@@ -206,7 +218,7 @@ def scale_by_adamuon(
     decay carry over). The defaults are those of the authors' code (Nesterov momentum 0.95, :math:`\beta_2 = 0.999`).
 
     Args:
-      ns_coeffs, ns_steps, mu_dtype, weight_dimension_numbers: as in :func:`scale_by_muon`.
+      ns_coeffs, ns_steps, mu_dtype, weight_dimension_numbers, ns_dtype: as in :func:`scale_by_muon`.
       b1: momentum decay in :math:`[0, 1)`.
       b2: second-moment decay in :math:`[0, 1)`.
       eps: :math:`\epsilon >= 0`.
@@ -228,6 +240,7 @@ def scale_by_adamuon(
     """
     api = "scale_by_adamuon"
     _check(api, ns_coeffs, ns_steps, b1, eps, "frobenius")
+    ns_dtype = _ns_dtype(api, ns_dtype)
     check_decay(api, "b2", b2)
     check_positive(api, "target_rms", target_rms)
 
@@ -249,7 +262,7 @@ def scale_by_adamuon(
             m_new = beta1 * m.astype(cd) + (1 - beta1) * gc
             mt = (1 - beta1) * gc + beta1 * m_new if nesterov else m_new
             d = default_dims(g.ndim, api) if d is None else d
-            o = map_matrices(lambda x: _ortho(x, state.ns_coeffs, ns_steps), mt, d)
+            o = map_matrices(lambda x: _ortho(x, state.ns_coeffs, ns_steps, ns_dtype), mt, d)
             v_new = beta2 * v.astype(cd) + (1 - beta2) * o * o
             e = as_value(eps, cd)
             o_hat, restore = to_matrices(o / (jnp.sqrt(v_new / bc2) + e), d)
@@ -313,6 +326,7 @@ def normuon(
     adam_weight_decay: ScalarOrSchedule = 0.0,
     adam_learning_rate: ScalarOrSchedule | None = None,
     muon_weight_dimension_numbers: Any = None,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformation:
     r"""NorMuon for matrices, AdamW for everything else.
 
@@ -323,7 +337,7 @@ def normuon(
 
     Args:
       learning_rate: :math:`\eta`, a number or a schedule.
-      ns_coeffs, ns_steps, beta, b2, eps, mu_dtype, nesterov, update_scale, target_rms: see
+      ns_coeffs, ns_steps, beta, b2, eps, mu_dtype, nesterov, update_scale, target_rms, ns_dtype: see
         :func:`scale_by_normuon`.
       weight_decay: :math:`\lambda >= 0` (a number or a schedule); ``weight_decay_mask`` restricts it.
       adam_b1, adam_b2, adam_eps, adam_weight_decay, adam_learning_rate: AdamW's arguments for the other leaves
@@ -345,6 +359,7 @@ def normuon(
       Li et al., `NorMuon <https://arxiv.org/abs/2510.05491>`_, 2025.
     """
     api = "normuon"
+    _ns_dtype(api, ns_dtype)
     dims = muon_weight_dimension_numbers
     side = [
         scale_by_normuon(
@@ -358,6 +373,7 @@ def normuon(
             update_scale=update_scale,
             target_rms=target_rms,
             weight_dimension_numbers=lambda p: matrix_dims_tree(dims, p),
+            ns_dtype=ns_dtype,
         )
     ]
     if update_scale == "preserve_norm":
@@ -385,6 +401,7 @@ def adamuon(
     adam_weight_decay: ScalarOrSchedule = 0.0,
     adam_learning_rate: ScalarOrSchedule | None = None,
     muon_weight_dimension_numbers: Any = None,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformation:
     r"""AdaMuon for matrices, AdamW for everything else.
 
@@ -394,7 +411,7 @@ def adamuon(
 
     Args:
       learning_rate: :math:`\eta`, a number or a schedule.
-      ns_coeffs, ns_steps, b1, b2, eps, mu_dtype, nesterov, target_rms: see :func:`scale_by_adamuon`.
+      ns_coeffs, ns_steps, b1, b2, eps, mu_dtype, nesterov, target_rms, ns_dtype: see :func:`scale_by_adamuon`.
       weight_decay: :math:`\lambda >= 0` (a number or a schedule); ``weight_decay_mask`` restricts it.
       adam_b1, adam_b2, adam_eps, adam_weight_decay, adam_learning_rate: AdamW's arguments for the other leaves.
       muon_weight_dimension_numbers: as in :func:`muon`.
@@ -414,6 +431,7 @@ def adamuon(
       Si et al., `AdaMuon <https://arxiv.org/abs/2507.11005>`_, 2025.
     """
     api = "adamuon"
+    _ns_dtype(api, ns_dtype)
     dims = muon_weight_dimension_numbers
     side = [
         scale_by_adamuon(
@@ -426,6 +444,7 @@ def adamuon(
             nesterov=nesterov,
             target_rms=target_rms,
             weight_dimension_numbers=lambda p: matrix_dims_tree(dims, p),
+            ns_dtype=ns_dtype,
         )
     ]
     adam = (adam_learning_rate, adam_b1, adam_b2, adam_eps, adam_weight_decay, mu_dtype)
@@ -516,6 +535,7 @@ def muon_clip(
     adam_learning_rate: ScalarOrSchedule | None = None,
     adam_weight_decay: ScalarOrSchedule = 0.0,
     muon_weight_dimension_numbers: Any = None,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformationExtraArgs:
     r"""MuonClip (Kimi K2): Muon with an RMS-matched update, then QK-clip of the query and key projections.
 
@@ -549,7 +569,7 @@ def muon_clip(
       qk_clip_labels: the roles above; the default ``'none'`` clips nothing.
       qk_clip_threshold: :math:`\tau > 0`.
       qk_clip_alpha: :math:`\alpha` in :math:`[0, 1]`.
-      beta, weight_decay, ns_coeffs, ns_steps, consistent_rms, adam_*, muon_weight_dimension_numbers: see
+      beta, weight_decay, ns_coeffs, ns_steps, consistent_rms, adam_*, muon_weight_dimension_numbers, ns_dtype: see
         :func:`muon`.
 
     Returns:
@@ -570,6 +590,7 @@ def muon_clip(
       Liu et al., `Muon is Scalable for LLM Training <https://arxiv.org/abs/2502.16982>`_, 2025.
     """
     api = "muon_clip"
+    _ns_dtype(api, ns_dtype)
     check_positive(api, "qk_clip_threshold", qk_clip_threshold)
     check_interval(api, "qk_clip_alpha", qk_clip_alpha, 0.0, 1.0)
     step = muon(
@@ -585,5 +606,6 @@ def muon_clip(
         adam_weight_decay=adam_weight_decay,
         muon_weight_dimension_numbers=muon_weight_dimension_numbers,
         consistent_rms=consistent_rms,
+        ns_dtype=ns_dtype,
     )
     return chain(step, _qk_clip(qk_clip_labels, qk_clip_threshold, qk_clip_alpha, muon_weight_dimension_numbers))

@@ -34,7 +34,7 @@ from ..transforms._combining import chain
 from ..transforms._masking import resolve_labels
 from ..transforms._scaling import scale_by_learning_rate
 from ._matrix_shapes import MuonDimensionNumbers, default_dims, matrix_dims_tree, to_matrices
-from ._muon import _DEFAULT_NS_COEFFS, _newton_schulz, _ns_coeffs_array
+from ._muon import _DEFAULT_NS_COEFFS, _newton_schulz, _ns_coeffs_array, _ns_dtype
 
 _NORMS = ("spectral", "colnorm", "rownorm", "sign", "bias", "none")
 _MATRIX_NORMS = ("spectral", "colnorm", "rownorm", "sign")
@@ -48,7 +48,7 @@ class ScionState(NamedTuple):
     mu: Any
 
 
-def _lmo(norm: str, d: jax.Array, dims, coeffs, ns_steps: int, eps) -> jax.Array:
+def _lmo(norm: str, d: jax.Array, dims, coeffs, ns_steps: int, eps, ns_dtype=None) -> jax.Array:
     """The (positive) LMO direction of ``d`` for a unit ball of ``norm``; the update is its negative."""
     if norm == "none":
         return d
@@ -57,7 +57,7 @@ def _lmo(norm: str, d: jax.Array, dims, coeffs, ns_steps: int, eps) -> jax.Array
     m, restore = to_matrices(d, dims)
     fan_in, fan_out = m.shape[1], m.shape[2]
     if norm == "spectral":
-        o = jax.lax.map(lambda x: _newton_schulz(x, coeffs, ns_steps, "frobenius", 1e-7), m)
+        o = jax.lax.map(lambda x: _newton_schulz(x, coeffs, ns_steps, "frobenius", 1e-7, ns_dtype), m)
         out = o * (math.sqrt(fan_out / fan_in) if fan_in else 1.0)  # fan_in 0: an empty leaf
     elif norm == "colnorm":
         out = m / (jnp.sqrt(jnp.sum(m * m, axis=2, keepdims=True)) / math.sqrt(fan_out) + eps)
@@ -93,6 +93,7 @@ def scale_by_scion(
     mu_dtype: Any | None = None,
     *,
     weight_dimension_numbers: MuonDimensionNumbers | Params | Callable[[Params], Any] | None = None,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformation:
     r"""Scion's direction: an averaged gradient passed through the LMO of each layer's norm, times its radius.
 
@@ -109,7 +110,7 @@ def scale_by_scion(
         (e.g. :func:`gradax.transforms.path_labels`), with the norm names above; None: ``'spectral'`` for matrices,
         ``'bias'`` for the rest.
       scales: the radius :math:`\rho`, one number for all, or a mapping from norm name to radius (1 where absent).
-      ns_coeffs, ns_steps: the Newton-Schulz iteration of ``'spectral'`` (as in :func:`scale_by_muon`).
+      ns_coeffs, ns_steps, ns_dtype: the Newton-Schulz iteration of ``'spectral'`` (as in :func:`scale_by_muon`).
       eps: added to the norms divided by.
       mu_dtype: dtype of the momentum (default: the params', float32 for bf16/f16).
       weight_dimension_numbers: :class:`MuonDimensionNumbers` (a tree of them, None for non-matrices, or a
@@ -129,6 +130,7 @@ def scale_by_scion(
       2025.
     """
     api = "scale_by_scion"
+    ns_dtype = _ns_dtype(api, ns_dtype)
     check_interval(api, "momentum", momentum, 0.0, 1.0, low_closed=False)
     check_int(api, "ns_steps", ns_steps, low=1)
     check_non_negative(api, "eps", eps)
@@ -159,7 +161,7 @@ def scale_by_scion(
             if norm in _MATRIX_NORMS and d is None:
                 d = default_dims(g.ndim, api, f"Give it the 'bias' norm, not {norm!r}.")
             rho = scales.get(norm, 1.0) if isinstance(scales, Mapping) else scales
-            u = as_value(rho, cd) * _lmo(norm, m_new, d, coeffs, ns_steps, as_value(eps, cd))
+            u = as_value(rho, cd) * _lmo(norm, m_new, d, coeffs, ns_steps, as_value(eps, cd), ns_dtype)
             return u.astype(g.dtype), m_new.astype(m.dtype)
 
         flat_u, treedef = jax.tree.flatten(updates)
@@ -189,6 +191,7 @@ def scion(
     eps: ArrayLike = 1e-8,
     mu_dtype: Any | None = None,
     weight_dimension_numbers: Any = None,
+    ns_dtype: Any | None = None,
 ) -> GradientTransformation:
     r"""Scion: unconstrained (uSCG) or constrained (SCG) stochastic conditional gradient with per-layer norms.
 
@@ -201,7 +204,7 @@ def scion(
 
     Args:
       learning_rate: :math:`\eta`, a number or a schedule (in :math:`[0, 1]` for ``constrained``).
-      momentum, layer_norms, scales, ns_coeffs, ns_steps, eps, mu_dtype, weight_dimension_numbers: see
+      momentum, layer_norms, scales, ns_coeffs, ns_steps, eps, mu_dtype, weight_dimension_numbers, ns_dtype: see
         :func:`scale_by_scion`.
       weight_decay: :math:`\lambda >= 0` (a number or a schedule) for uSCG; must be 0 with ``constrained``.
       mask: where weight decay applies (a tree of bools or a function of the params).
@@ -223,6 +226,7 @@ def scion(
       2025.
     """
     api = "scion"
+    _ns_dtype(api, ns_dtype)
     check_non_negative(api, "learning_rate", learning_rate)
     check_non_negative(api, "weight_decay", weight_decay)
     if constrained and (is_schedule(weight_decay) or (is_concrete(weight_decay) and np.any(np.asarray(weight_decay)))):
@@ -239,6 +243,7 @@ def scion(
             eps,
             mu_dtype,
             weight_dimension_numbers=weight_dimension_numbers,
+            ns_dtype=ns_dtype,
         ),
         add_decayed_weights(1.0 if constrained else weight_decay, mask),
         scale_by_learning_rate(learning_rate),

@@ -4,6 +4,7 @@ gradient). The newer matrix methods are in ``contrib_matrix_muon_kron_scion.py``
 ``contrib_matrix_soap_shampoo.py``."""
 
 import jax
+import jax.numpy as jnp
 
 from . import Entry
 
@@ -30,6 +31,14 @@ ENTRIES = [
         needs_params=True,
         rtol=2e-5,
         atol=2e-6,
+    ),
+    # bfloat16 Newton-Schulz products (not in Optax 0.2.8: checked against its definition in
+    # tests/contrib/test_muon_ns_dtype.py)
+    Entry(
+        "contrib.muon",
+        make=lambda ox: ox.contrib.muon(_SCHED, weight_decay=1e-3, ns_dtype=jnp.bfloat16),
+        needs_params=True,
+        oracle=False,
     ),
     Entry(
         "contrib.scale_by_muon",

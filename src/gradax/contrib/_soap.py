@@ -98,9 +98,11 @@ def _eigenbasis(s: jax.Array) -> jax.Array:
     return _canonical_signs(q[..., ::-1])
 
 
-# from this size on, Q is formed from LAPACK's Householder reflectors by matrix products, a panel at a time
+# from this size on, Q is formed from LAPACK's Householder reflectors by matrix products, in at most 8 panels of
+# at least 256 reflectors (the panels are unrolled in the program: more of them cost compile time, not speed)
 _BLOCKED_Q_FROM = 1024
 _PANEL = 256
+_MAX_PANELS = 8
 
 
 def _householder_q(h: jax.Array, tau: jax.Array, panel: int) -> jax.Array:
@@ -138,7 +140,7 @@ def _householder_q(h: jax.Array, tau: jax.Array, panel: int) -> jax.Array:
 def _qr(a: jax.Array, panel: int | None = None, blocked_from: int | None = None) -> tuple[jax.Array, jax.Array]:
     """``Q`` and ``|diag(R)|`` of one square matrix ``a = Q R`` (Householder, LAPACK's signs); ``Q`` by
     :func:`_householder_q` from ``blocked_from`` rows on (default ``_BLOCKED_Q_FROM``), else LAPACK's own."""
-    panel = _PANEL if panel is None else panel
+    panel = max(_PANEL, -(-a.shape[-1] // _MAX_PANELS)) if panel is None else panel
     if a.shape[-1] < (_BLOCKED_Q_FROM if blocked_from is None else blocked_from):
         qq, r = jnp.linalg.qr(a)
         return qq, jnp.abs(jnp.diagonal(r))

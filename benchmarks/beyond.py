@@ -124,6 +124,20 @@ def _plain(cls: str, **kw: Any) -> Callable[[list[tuple[str, Any]], dict], Any]:
     return lambda named, cfg: getattr(_po(), cls)([p for _, p in named], **kw)
 
 
+def _muon_family(recipe: str, lr: float, reference: str, torch_opt: Any) -> list[Spec]:
+    """``recipe`` (a ``gradax.contrib`` name) in float32 and with ``ns_dtype="bfloat16"`` (name ``<recipe>_bf16``)."""
+    return [
+        Spec(
+            recipe + suffix,
+            lambda o, cfg, ns=ns: getattr(o.contrib, recipe)(lr, ns_dtype=ns),
+            "pytorch_optimizer." + reference,
+            torch_opt,
+            2.0,
+        )
+        for suffix, ns in (("", None), ("_bf16", "bfloat16"))
+    ]
+
+
 def specs() -> list[Spec]:
     return [
         Spec(
@@ -149,57 +163,12 @@ def specs() -> list[Spec]:
             REFRESH,
         ),
         Spec("kron", lambda o, cfg: o.contrib.kron(3e-4, key=0), "kron_torch.Kron", _kron_ref, 2.0),
-        Spec(
-            "muon",
-            lambda o, cfg: o.contrib.muon(0.02),
-            "pytorch_optimizer.Muon",
-            lambda n, cfg: _po().Muon(_muon_groups(n), lr=0.02),
-            2.0,
-        ),
-        Spec(
-            "normuon",
-            lambda o, cfg: o.contrib.normuon(0.02),
-            "pytorch_optimizer.NorMuon",
-            lambda n, cfg: _po().NorMuon(_muon_groups(n), lr=0.02),
-            2.0,
-        ),
-        Spec(
-            "adamuon",
-            lambda o, cfg: o.contrib.adamuon(0.02),
-            "pytorch_optimizer.AdaMuon",
-            lambda n, cfg: _po().AdaMuon(_muon_groups(n), lr=0.02),
-            2.0,
-        ),
-        Spec("scion", lambda o, cfg: o.contrib.scion(1e-3), "pytorch_optimizer.SCION", _plain("SCION", lr=1e-3), 2.0),
-        # the same four with bfloat16 Newton-Schulz products, the precision the references run theirs in
-        Spec(
-            "muon_bf16",
-            lambda o, cfg: o.contrib.muon(0.02, ns_dtype="bfloat16"),
-            "pytorch_optimizer.Muon",
-            lambda n, cfg: _po().Muon(_muon_groups(n), lr=0.02),
-            2.0,
-        ),
-        Spec(
-            "normuon_bf16",
-            lambda o, cfg: o.contrib.normuon(0.02, ns_dtype="bfloat16"),
-            "pytorch_optimizer.NorMuon",
-            lambda n, cfg: _po().NorMuon(_muon_groups(n), lr=0.02),
-            2.0,
-        ),
-        Spec(
-            "adamuon_bf16",
-            lambda o, cfg: o.contrib.adamuon(0.02, ns_dtype="bfloat16"),
-            "pytorch_optimizer.AdaMuon",
-            lambda n, cfg: _po().AdaMuon(_muon_groups(n), lr=0.02),
-            2.0,
-        ),
-        Spec(
-            "scion_bf16",
-            lambda o, cfg: o.contrib.scion(1e-3, ns_dtype="bfloat16"),
-            "pytorch_optimizer.SCION",
-            _plain("SCION", lr=1e-3),
-            2.0,
-        ),
+        # the Muon family twice: Newton-Schulz in float32 (gradax's default, Optax's), and with bfloat16 products
+        # (`_bf16`), the precision the references run theirs in
+        *_muon_family("muon", 0.02, "Muon", lambda n, cfg: _po().Muon(_muon_groups(n), lr=0.02)),
+        *_muon_family("normuon", 0.02, "NorMuon", lambda n, cfg: _po().NorMuon(_muon_groups(n), lr=0.02)),
+        *_muon_family("adamuon", 0.02, "AdaMuon", lambda n, cfg: _po().AdaMuon(_muon_groups(n), lr=0.02)),
+        *_muon_family("scion", 1e-3, "SCION", _plain("SCION", lr=1e-3)),
         Spec(
             "cautious_adamw",
             lambda o, cfg: o.cautious(o.adamw(1e-3, weight_decay=1e-4)),

@@ -25,7 +25,7 @@ from .._numerics import compute_dtype, safe_int32_increment, state_dtype
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
-from ._matrix_shapes import MuonDimensionNumbers, matrix_dims_tree, matrix_shape, to_matrices
+from ._matrix_shapes import MuonDimensionNumbers, by_groups, matrix_dims_tree, matrix_shape, to_matrices
 
 _MEMORY_SAVE_MODES = (None, "smart_one_diag", "one_diag", "all_diag")
 _DAMPING = math.sqrt(float(jnp.finfo(jnp.float32).eps))  # the probe's share of a fitted gradient
@@ -78,9 +78,21 @@ def precond_update_prob_schedule(
     return schedule
 
 
-def _probe(key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
-    """The random probe vectors ``V`` of one leaf (standard normal)."""
-    return jax.random.normal(key, shape, dtype)
+def _probes(key: jax.Array, specs: list[tuple[tuple[int, ...], Any]]) -> list[jax.Array]:
+    """The random probe vectors ``V`` of every leaf (standard normal), for ``(shape, dtype)`` in leaf order.
+
+    One draw per dtype, cut into the leaves' shapes: a draw per leaf would compile one random-number generator per
+    leaf (three quarters of the compile time of a GPT-2-shaped tree)."""
+    groups: dict[Any, list[int]] = {}
+    for i, (_, dtype) in enumerate(specs):
+        groups.setdefault(jnp.dtype(dtype), []).append(i)
+    out: list[Any] = [None] * len(specs)
+    for j, (dtype, idx) in enumerate(groups.items()):
+        sizes = [math.prod(specs[i][0]) for i in idx]
+        flat = jax.random.normal(jax.random.fold_in(key, j), (sum(sizes),), dtype)
+        for i, piece in zip(idx, jnp.split(flat, np.cumsum(sizes)[:-1])):
+            out[i] = piece.reshape(specs[i][0])
+    return out
 
 
 def _sides_diag(m: int, n: int, max_size: int, mode: str | None) -> tuple[bool, bool]:
@@ -287,7 +299,6 @@ def scale_by_kron(
         flat_m = treedef.flatten_up_to(state.mu)
         flat_q = treedef.flatten_up_to(state.qs)
         flat_d = treedef.flatten_up_to(dims_of(updates))
-        probe_keys = jax.random.split(key_probe, max(len(flat_u), 1))
         balance = (count % _BALANCE_EVERY) == 0
 
         new_m, hats, fits = [], [], []
@@ -298,41 +309,66 @@ def scale_by_kron(
             hats.append(m_new / (1 - beta ** count.astype(beta.dtype)))
             fits.append(hats[-1] if momentum_into_precond_update else g.astype(cd))
 
+        def fit_matrices(key, gm, v, ql, qr):
+            qd = key[-1]
+            step, tiny = as_value(precond_lr, qd), jnp.asarray(jnp.finfo(qd).tiny, qd)
+
+            def one(args):
+                g1, v1, l1, r1 = args
+                l1, r1 = jax.lax.cond(balance, _balance, lambda a, b: (a, b), l1, r1)
+                return _matrix_update(g1, v1, l1, r1, step, tiny)
+
+            return tuple(jax.lax.map(one, (gm, v, ql, qr)))
+
+        # the matrices of one shape (a model's layers) share one loop, here and in the preconditioning below: the
+        # compiled program grows with the distinct shapes, not with the leaves
+        matrices = [i for i, d in enumerate(flat_d) if d is not None]
+
+        def shape_keys(stacks, qs_flat):
+            return [(x.shape[1:], qs_flat[i][0].shape[1:], qs_flat[i][1].shape[1:], x.dtype) for i, x in stacks]
+
         def fitted(qs_flat):
-            out = []
-            for i, (q, d, f) in enumerate(zip(qs_flat, flat_d, fits)):
-                qd = q[0].dtype
-                step = as_value(precond_lr, qd)
-                tiny = jnp.asarray(jnp.finfo(qd).tiny, qd)
-                if d is None:
-                    g = f.reshape(-1).astype(qd)
-                    v = _probe(probe_keys[i], g.shape, qd)
-                    g = g + _DAMPING * jnp.mean(jnp.abs(g)) * v
-                    a, b = q[0] * g, v / q[0]
-                    out.append((_fit(q[0], a * a - b * b, a * a + b * b, step, tiny),))
+            # what each leaf fits its factors to, as matrices (or a vector), and its probes, in the factors' dtype
+            fit_in = [
+                f.reshape(-1).astype(q[0].dtype) if d is None else to_matrices(f.astype(q[0].dtype), d)[0]
+                for q, d, f in zip(qs_flat, flat_d, fits)
+            ]
+            vs = _probes(key_probe, [(x.shape, x.dtype) for x in fit_in])
+            out: list[Any] = []
+            for q, d, g, v in zip(qs_flat, flat_d, fit_in, vs):
+                if d is not None:
+                    out.append(None)
                     continue
-                gm, _ = to_matrices(f.astype(qd), d)
-                v = _probe(probe_keys[i], gm.shape, qd)
-
-                def one(args, step=step, tiny=tiny):
-                    g1, v1, ql, qr = args
-                    ql, qr = jax.lax.cond(balance, _balance, lambda a, b: (a, b), ql, qr)
-                    return _matrix_update(g1, v1, ql, qr, step, tiny)
-
-                out.append(tuple(jax.lax.map(one, (gm, v, q[0], q[1]))))
+                qd = q[0].dtype
+                step, tiny = as_value(precond_lr, qd), jnp.asarray(jnp.finfo(qd).tiny, qd)
+                g = g + _DAMPING * jnp.mean(jnp.abs(g)) * v
+                a, b = q[0] * g, v / q[0]
+                out.append((_fit(q[0], a * a - b * b, a * a + b * b, step, tiny),))
+            gms = [fit_in[i] for i in matrices]
+            keys = shape_keys(list(zip(matrices, gms)), qs_flat)
+            qls, qrs = [qs_flat[i][0] for i in matrices], [qs_flat[i][1] for i in matrices]
+            for i, new in zip(matrices, by_groups(keys, fit_matrices, gms, [vs[i] for i in matrices], qls, qrs)):
+                out[i] = new
             return out
 
         new_q = jax.lax.cond(do_update, fitted, lambda qs_flat: [tuple(q) for q in qs_flat], [tuple(q) for q in flat_q])
 
-        new_u = []
+        new_u: list[Any] = []
         for g, h, q, d in zip(flat_u, hats, new_q, flat_d):
             qd = q[0].dtype
-            if d is None:
-                u = _clip_rms(q[0] * q[0] * h.reshape(-1).astype(qd)).reshape(g.shape)
-            else:
-                hm, restore = to_matrices(h.astype(qd), d)
-                u = restore(jax.lax.map(lambda args: _precondition(*args), (hm, q[0], q[1])))
-            new_u.append(u.astype(g.dtype))
+            new_u.append(None if d is not None else _clip_rms(q[0] * q[0] * h.reshape(-1).astype(qd)).reshape(g.shape))
+        hms = [to_matrices(hats[i].astype(new_q[i][0].dtype), flat_d[i]) for i in matrices]
+        keys = shape_keys([(i, hm) for i, (hm, _) in zip(matrices, hms)], new_q)
+        preconditioned = by_groups(
+            keys,
+            lambda key, hm, ql, qr: jax.lax.map(lambda args: _precondition(*args), (hm, ql, qr)),
+            [hm for hm, _ in hms],
+            [new_q[i][0] for i in matrices],
+            [new_q[i][1] for i in matrices],
+        )
+        for i, (_, restore), u in zip(matrices, hms, preconditioned):
+            new_u[i] = restore(u)
+        new_u = [u.astype(g.dtype) for u, g in zip(new_u, flat_u)]
         return treedef.unflatten(new_u), KronState(
             count, jax.random.key_data(key_next), treedef.unflatten(new_m), treedef.unflatten(list(new_q))
         )

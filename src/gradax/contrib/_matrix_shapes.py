@@ -143,18 +143,19 @@ def matrix_labels(user_dims: Any, params: Any, matrix: str, other: str) -> Any:
     )
 
 
-def by_groups(keys: Sequence[Any], fn: Callable[..., jax.Array], *batches: Sequence[jax.Array]) -> list[jax.Array]:
+def by_groups(keys: Sequence[Any], fn: Callable[..., Any], *batches: Sequence[jax.Array]) -> list[Any]:
     """``fn(key, *stacked)`` once per distinct key, over the ``(n_k, ...)`` arrays of ``batches`` whose index has that
-    key, concatenated along axis 0; each result is split back to its place. Matrix optimizers use it to refresh
-    every factor of one size in a tree with one decomposition call (compile time grows with the sizes, not the
-    leaves)."""
+    key, concatenated along axis 0; each result (an array, or a tuple of arrays) is split back to its place. Matrix
+    optimizers use it to refresh every factor of one size in a tree with one decomposition call (compile time grows
+    with the sizes, not the leaves)."""
     groups: dict[Any, list[int]] = {}
     for k, key in enumerate(keys):
         groups.setdefault(key, []).append(k)
     out: list[Any] = [None] * len(keys)
     for key, ks in groups.items():
-        got = fn(key, *(jnp.concatenate([b[k] for k in ks]) for b in batches))
-        ends = np.cumsum([batches[0][k].shape[0] for k in ks])
-        for k, part in zip(ks, jnp.split(got, ends[:-1])):
+        got = fn(key, *(jnp.concatenate([b[k] for k in ks]) if len(ks) > 1 else b[ks[0]] for b in batches))
+        ends = np.cumsum([batches[0][k].shape[0] for k in ks])[:-1]
+        parts = zip(*(jnp.split(x, ends) for x in got)) if isinstance(got, tuple) else jnp.split(got, ends)
+        for k, part in zip(ks, parts):
             out[k] = part
     return out

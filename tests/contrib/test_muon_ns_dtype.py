@@ -17,6 +17,7 @@ import pytest
 import gradax
 from gradax import contrib
 from gradax.contrib._muon import _NS_PRESETS, _newton_schulz
+from tests._jaxpr import equations
 
 STANDARD = np.array(_NS_PRESETS["standard"])
 POLAR = np.array(_NS_PRESETS["polar_express"][:5])
@@ -146,29 +147,12 @@ def test_complex_params_need_the_default():
         tx.update(p, tx.init(p))
 
 
-def _dots_outside_and_scan_lengths(jaxpr):
-    """The matrix products of ``jaxpr``'s top level (nested jaxprs of pjit included, loops excluded) and the
-    lengths of its scans."""
-    dots, lengths = 0, []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "scan":
-            lengths.append(eqn.params["length"])
-        elif eqn.primitive.name == "dot_general":
-            dots += 1
-        else:
-            for value in eqn.params.values():
-                sub = getattr(value, "jaxpr", value)  # a ClosedJaxpr's jaxpr, or a Jaxpr
-                if hasattr(sub, "eqns"):
-                    d, n = _dots_outside_and_scan_lengths(sub)
-                    dots, lengths = dots + d, lengths + n
-    return dots, lengths
-
-
 @pytest.mark.parametrize("pre,outside,in_loop", [("frobenius", 0, 5), ("spectral", 0, 5), ("aol", 3, 4)])
 def test_every_step_runs_in_the_loop_unless_the_first_preconditions(pre, outside, in_loop):
     # outside the loop XLA:CPU folds the transpose and the rounding of the first step's operand into a float32
     # product (3-4x a step's time on a tall matrix); aol rescales inside its first step, which stays outside
     x = jnp.ones((64, 16), jnp.float32)
     f = lambda x: _newton_schulz(x, jnp.asarray(STANDARD, jnp.float32), 5, pre, 1e-7, jnp.bfloat16)
-    dots, lengths = _dots_outside_and_scan_lengths(jax.make_jaxpr(f)(x).jaxpr)
-    assert (dots, lengths) == (outside, [in_loop])
+    outer = list(equations(jax.make_jaxpr(f)(x).jaxpr, into_loops=False))
+    assert sum(e.primitive.name == "dot_general" for e in outer) == outside
+    assert [e.params["length"] for e in outer if e.primitive.name == "scan"] == [in_loop]

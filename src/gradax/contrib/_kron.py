@@ -324,8 +324,8 @@ def scale_by_kron(
         # compiled program grows with the distinct shapes, not with the leaves
         matrices = [i for i, d in enumerate(flat_d) if d is not None]
 
-        def shape_keys(stacks, qs_flat):
-            return [(x.shape[1:], qs_flat[i][0].shape[1:], qs_flat[i][1].shape[1:], x.dtype) for i, x in stacks]
+        def shape_keys(xs, qls, qrs):  # matrices of one key are stacked for one loop
+            return [(x.shape[1:], ql.shape[1:], qr.shape[1:], x.dtype) for x, ql, qr in zip(xs, qls, qrs)]
 
         def fitted(qs_flat):
             # what each leaf fits its factors to, as matrices (or a vector), and its probes, in the factors' dtype
@@ -344,9 +344,12 @@ def scale_by_kron(
                 g = g + _DAMPING * jnp.mean(jnp.abs(g)) * v
                 a, b = q[0] * g, v / q[0]
                 out.append((_fit(q[0], a * a - b * b, a * a + b * b, step, tiny),))
-            gms = [fit_in[i] for i in matrices]
-            keys = shape_keys(list(zip(matrices, gms)), qs_flat)
-            qls, qrs = [qs_flat[i][0] for i in matrices], [qs_flat[i][1] for i in matrices]
+            gms, qls, qrs = (
+                [fit_in[i] for i in matrices],
+                [qs_flat[i][0] for i in matrices],
+                [qs_flat[i][1] for i in matrices],
+            )
+            keys = shape_keys(gms, qls, qrs)
             for i, new in zip(matrices, by_groups(keys, fit_matrices, gms, [vs[i] for i in matrices], qls, qrs)):
                 out[i] = new
             return out
@@ -357,16 +360,17 @@ def scale_by_kron(
         for g, h, q, d in zip(flat_u, hats, new_q, flat_d):
             qd = q[0].dtype
             new_u.append(None if d is not None else _clip_rms(q[0] * q[0] * h.reshape(-1).astype(qd)).reshape(g.shape))
-        hms = [to_matrices(hats[i].astype(new_q[i][0].dtype), flat_d[i]) for i in matrices]
-        keys = shape_keys([(i, hm) for i, (hm, _) in zip(matrices, hms)], new_q)
+        as_matrices = [to_matrices(hats[i].astype(new_q[i][0].dtype), flat_d[i]) for i in matrices]
+        hms, restores = [hm for hm, _ in as_matrices], [restore for _, restore in as_matrices]
+        qls, qrs = [new_q[i][0] for i in matrices], [new_q[i][1] for i in matrices]
         preconditioned = by_groups(
-            keys,
+            shape_keys(hms, qls, qrs),
             lambda key, hm, ql, qr: jax.lax.map(lambda args: _precondition(*args), (hm, ql, qr)),
-            [hm for hm, _ in hms],
-            [new_q[i][0] for i in matrices],
-            [new_q[i][1] for i in matrices],
+            hms,
+            qls,
+            qrs,
         )
-        for i, (_, restore), u in zip(matrices, hms, preconditioned):
+        for i, restore, u in zip(matrices, restores, preconditioned):
             new_u[i] = restore(u)
         new_u = [u.astype(g.dtype) for u, g in zip(new_u, flat_u)]
         return treedef.unflatten(new_u), KronState(

@@ -66,6 +66,23 @@ class MuonState(NamedTuple):
     ns_coeffs: jax.Array
 
 
+def _normalized(x: jax.Array, preconditioning: str, eps) -> jax.Array:
+    """``x`` over its Frobenius or spectral norm (``preconditioning``; otherwise ``x``), taken before a tall matrix is
+    transposed: neither norm sees the transpose, and fused into it XLA:CPU's scaling pass runs at a tenth of a
+    copy's speed (7 ms against 0.9 for an 8,192 x 256 float32 matrix)."""
+    if preconditioning == "frobenius":
+        return x / (jnp.linalg.norm(x) + eps)
+    if preconditioning == "spectral":
+        return x / (jnp.linalg.norm(x, ord=2) + eps)
+    return x
+
+
+def _transposed_copy(x: jax.Array) -> jax.Array:
+    """``x.T`` put in memory once, before the iteration (the barrier keeps XLA from folding the transpose into the
+    products: XLA:CPU's fast kernels want the contraction on an operand's last axis, or the second's first)."""
+    return jax.lax.optimization_barrier(x.T)
+
+
 def _newton_schulz(
     x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps, ns_dtype: Any | None = None
 ) -> jax.Array:
@@ -76,13 +93,10 @@ def _newton_schulz(
     :func:`_low_precision_newton_schulz`)."""
     if ns_dtype is not None:
         return _low_precision_newton_schulz(x, coeffs, ns_steps, preconditioning, eps, ns_dtype)
+    x = _normalized(x, preconditioning, eps)
     transposed = x.shape[0] > x.shape[1]
     if transposed:
-        x = x.T
-    if preconditioning == "frobenius":
-        x = x / (jnp.linalg.norm(x) + eps)
-    elif preconditioning == "spectral":
-        x = x / (jnp.linalg.norm(x, ord=2) + eps)
+        x = _transposed_copy(x)
 
     def step(x, c, first):
         a = x @ x.T.conj()
@@ -96,7 +110,7 @@ def _newton_schulz(
         b = c[1] * a + c[2] * (a @ a)
         return c[0] * x + b @ x
 
-    return _iterate(step, x, coeffs, ns_steps, transposed)
+    return _iterate(step, x, coeffs, ns_steps, transposed, first_apart=preconditioning in ("aol", "schatten"))
 
 
 def _iterate(
@@ -130,19 +144,15 @@ def _low_precision_newton_schulz(
             f"{x.dtype.name}: leave ns_dtype=None for complex parameters"
         )
     acc = x.dtype
+    x = _normalized(x, preconditioning, eps)
     transposed = x.shape[0] > x.shape[1]
     if transposed:
-        x = jax.lax.optimization_barrier(x.T)
+        x = _transposed_copy(x)
 
     def mm(a, b, contract=((1,), (0,))):
         return jax.lax.dot_general(
             a.astype(ns_dtype), b.astype(ns_dtype), (contract, ((), ())), preferred_element_type=acc
         )
-
-    if preconditioning == "frobenius":
-        x = x / (jnp.linalg.norm(x) + eps)
-    elif preconditioning == "spectral":
-        x = x / (jnp.linalg.norm(x, ord=2) + eps)
 
     def step(x, c, first):
         xl = x.astype(ns_dtype)

@@ -100,10 +100,15 @@ def _run_torch(params, grads, **kw):
         {},
         {"memory_save_mode": "one_diag", "momentum_into_precond_update": False, "b1": 0.5},
         {"max_size_triangular": 3, "precond_lr": 0.3, "precond_init_scale": 2.0},
+        {"blocks": ((4, 4), (2, 2))},
     ],
-    ids=["triangular", "one_diag_grad", "max_size"],
+    ids=["triangular", "one_diag_grad", "max_size", "blocked_products"],
 )
 def test_matches_kron_torch(probes, monkeypatch, kw):
+    # "blocks": the factors' triangular products by blocks (_TRIANGULAR_BLOCKS) at these small sizes, uneven included
+    kw = dict(kw)
+    if "blocks" in kw:
+        monkeypatch.setattr(_kron, "_TRIANGULAR_BLOCKS", kw.pop("blocks"))
     original = kron_torch._calc_A_and_conjB
     monkeypatch.setattr(kron_torch, "_calc_A_and_conjB", lambda e, G, Q: original(e, G.clone(), Q))
     params, grads, vs = _data()
@@ -253,3 +258,15 @@ def test_the_program_grows_with_the_shapes_not_the_leaves():
         return {k: names.count(k) for k in ("random_bits", "threefry2x32", "scan", "while")}
 
     assert counts(6) == counts(1)
+
+
+@pytest.mark.parametrize("n, blocks", [(37, ((1, 4),)), (37, ((1, 8),)), (515, _kron._TRIANGULAR_BLOCKS), (5, ((1, 8),))])
+def test_triangular_product_by_blocks(monkeypatch, n, blocks):
+    """The factors' product by blocks is the product of the two upper-triangular matrices (float64 NumPy)."""
+    monkeypatch.setattr(_kron, "_TRIANGULAR_BLOCKS", blocks)
+    rng = np.random.default_rng(n)
+    d, q = np.triu(rng.normal(size=(n, n))), np.triu(rng.normal(size=(n, n)))
+    with jax.enable_x64(True):
+        out = np.asarray(jax.jit(_kron._triangular_product)(jnp.asarray(d), jnp.asarray(q)))
+    np.testing.assert_allclose(out, d @ q, rtol=1e-12, atol=1e-12 * n)
+    assert np.all(np.tril(out, -1) == 0)

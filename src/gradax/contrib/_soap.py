@@ -182,6 +182,13 @@ def _qr_repair(
     return jax.lax.while_loop(again, body, (first, bad, jnp.int32(1), seed))[0]
 
 
+def _column_dots(a: jax.Array, b: jax.Array) -> jax.Array:
+    """The dot products of the columns of ``a`` and ``b`` (``(..., d, d)`` batches), as a product: written as
+    ``sum(a * b, axis=-2)`` of a product's result, XLA:CPU fused the product into the reduction and computed it
+    again there (the 8,192 x 8,192 ``L Q`` three times a refresh)."""
+    return jnp.einsum("...ij,...ij->...j", a, b, precision=_HIGHEST)
+
+
 def _zero_columns(lq: jax.Array, est: jax.Array) -> jax.Array:
     """The columns of ``L Q`` (a ``(..., d, d)`` batch) short enough to add no direction to any Gram-Schmidt pass:
     known before the QR, so that the pass can take the previous basis's columns for them at once.
@@ -191,7 +198,7 @@ def _zero_columns(lq: jax.Array, est: jax.Array) -> jax.Array:
     for that norm is one the QR would find adding nothing. Such are the columns in the null space of a rank-deficient
     statistic (an embedding's rows that no batch has reached, a gradient repeated step after step): without this,
     every refresh of such a factor ran a QR to find them and a second one without them."""
-    norms = jnp.sqrt(jnp.sum(jnp.square(lq), axis=-2))
+    norms = jnp.sqrt(_column_dots(lq, lq))
     lead = jnp.take_along_axis(norms, jnp.argmax(est, axis=-1)[..., None], axis=-1)
     return norms <= _null_tolerance(lead, lq.shape[-1], lq.dtype)
 
@@ -218,7 +225,7 @@ def _power_qr(stats: tuple, bases: tuple) -> tuple:
             out.append(q)
             continue
         lq = jnp.matmul(s, q, precision=_HIGHEST)
-        est = jnp.sum(q * lq, axis=-2)
+        est = _column_dots(q, lq)
         seed = _zero_columns(lq, est)
         first, bad = _per_matrix(_qr_pass, lq, q, est, seed)
         qq = jax.lax.cond(

@@ -260,7 +260,9 @@ def test_the_program_grows_with_the_shapes_not_the_leaves():
     assert counts(6) == counts(1)
 
 
-@pytest.mark.parametrize("n, blocks", [(37, ((1, 4),)), (37, ((1, 8),)), (515, _kron._TRIANGULAR_BLOCKS), (5, ((1, 8),))])
+@pytest.mark.parametrize(
+    "n, blocks", [(37, ((1, 4),)), (37, ((1, 8),)), (515, _kron._TRIANGULAR_BLOCKS), (5, ((1, 8),))]
+)
 def test_triangular_product_by_blocks(monkeypatch, n, blocks):
     """The factors' product by blocks is the product of the two upper-triangular matrices (float64 NumPy)."""
     monkeypatch.setattr(_kron, "_TRIANGULAR_BLOCKS", blocks)

@@ -12,7 +12,8 @@ from ._torch_reference import assert_runs_close, problem, run_gradax, run_torch
 torch = pytest.importorskip("torch")
 came_pytorch = pytest.importorskip("came_pytorch")
 
-SHAPES = {"w": (4, 3), "t": (2, 3, 5), "b": (3,)}
+# "u", "x": leading axes of length 1 (dropped before the reductions, for XLA:CPU's speed)
+SHAPES = {"w": (4, 3), "t": (2, 3, 5), "b": (3,), "u": (1, 4, 3), "x": (2, 1, 3, 4)}
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])

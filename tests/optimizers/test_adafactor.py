@@ -13,7 +13,8 @@ import pytest
 import gradax
 from tests.optimizers._other_helpers import assert_matches_optax, converges, random_tree
 
-SHAPES = {"m": (3, 4), "v": (5,), "s": (), "t": (2, 3, 4), "n": (4, 2)}
+# "u" and "c": unit axes beside the factored ones (dropped before the reductions: without_unit_axes)
+SHAPES = {"m": (3, 4), "v": (5,), "s": (), "t": (2, 3, 4), "n": (4, 2), "u": (1, 4, 3), "c": (1, 3, 1, 5)}
 
 
 def reference_adafactor(params, grads, lr, eps1=1e-30, d=None, relative=False, beta1=None, min_dim=3, decay=0.8):
@@ -115,7 +116,7 @@ BRANCHES = [
         "learning_rate": lambda c: 0.1 / (1.0 + c),
         "min_dim_size_to_factor": 3,
         "weight_decay_rate": lambda c: 0.01 * 0.9**c,
-        "weight_decay_mask": {"m": True, "v": False, "s": False, "t": True, "n": True},
+        "weight_decay_mask": {"m": True, "v": False, "s": False, "t": True, "n": True, "u": True, "c": False},
         "decay_offset": 1,
         "decay_rate": 0.6,
         "eps": 1e-20,
@@ -194,3 +195,26 @@ def test_compiled_step_keeps_no_gradient_sized_temporary():
     for shape in ("f32[256,512]", "f32[4,128,192]"):
         arrays = [ln.strip() for ln in entry if f"= {shape}" in ln and "parameter(" not in ln]
         assert len(arrays) == 1, "\n".join(arrays)
+
+
+@pytest.mark.parametrize("min_dim", [1, 3])
+def test_unit_axes_change_nothing(min_dim):
+    """A factored leaf with axes of length 1 (dropped before the reductions, for XLA:CPU's speed) steps exactly as the
+    same leaf without them; with min_dim_size_to_factor=1 a unit axis can itself be factored, and is kept."""
+    with_units = {"a": (1, 6, 1, 4), "b": (1, 5)}
+    plain = {"a": (6, 4), "b": (5,)} if min_dim > 1 else {"a": (6, 4), "b": (1, 5)}
+    params = random_tree(shapes=with_units)
+    grads = [random_tree(10 + i, shapes=with_units) for i in range(3)]
+
+    def run(reshape):
+        opt = gradax.adafactor(0.1, min_dim_size_to_factor=min_dim)
+        p = jax.tree.map(reshape, params, plain)
+        s = opt.init(p)
+        outs = []
+        for g in grads:
+            u, s = jax.jit(opt.update)(jax.tree.map(reshape, g, plain), s, p)
+            outs.append(jax.tree.map(lambda x: np.asarray(x).reshape(-1), u))
+        return outs
+
+    for a, b in zip(run(lambda x, shape: x), run(lambda x, shape: jnp.reshape(x, shape))):
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6, atol=0), a, b)

@@ -9,8 +9,19 @@ import numpy as np
 import pytest
 
 from gradax import contrib
+from gradax.contrib import _soap
 from gradax.contrib._soap import _eigenbasis, _power_qr, _qr_pass, _zero_columns
 from tests.contrib._helpers import assert_each_leaf_as_if_alone
+
+
+@pytest.fixture(autouse=True, params=["full", "thin"])
+def passes(request, monkeypatch):
+    """Every test twice: the passes that find the columns adding no direction on full QRs, and (``thin``) on the
+    thin QRs that the factors of 1,024 rows or more take (here from 2 rows, over half the columns)."""
+    if request.param == "thin":
+        monkeypatch.setattr(_soap, "_THIN_FROM", 2)
+        monkeypatch.setattr(_soap, "_THIN_SHARE", 2)
+    return request.param
 
 
 def _gram(rng, m, n):
@@ -145,3 +156,33 @@ def test_leaves_sharing_a_factor_size_are_refreshed_as_one_batch_as_if_alone():
     tx = contrib.scale_by_soap(precondition_frequency=2)
     shapes = {"tall": (6, 2), "wide": (2, 6), "full": (6, 6)}
     assert_each_leaf_as_if_alone(tx, shapes, steps=5, seed=5)
+
+
+@pytest.mark.parametrize("leak", [0.0, 1e-3, 3e-2])
+def test_thin_passes_find_the_columns_of_the_full_passes(monkeypatch, leak):
+    """The refresh with the null columns found on thin QRs is the refresh with them found on full ones, bit for
+    bit (the thin QR's ``R`` is the full one's first columns, and the full QR then runs on the same columns): a
+    steady null space (``leak`` 0: the marks before the QR are all or nearly all there is), and a previous basis with a null
+    column turned slightly toward the range, which the QR finds adding nothing although its norm is over the marks'
+    tolerance (what a repair pass was for)."""
+    rng = np.random.default_rng(11)
+    d, r = 32, 4
+    s = _gram(rng, d, r)
+    q = np.asarray(_eigenbasis(jnp.asarray(s)), np.float64)
+    q[:, 0], q[:, -1] = (
+        np.cos(leak) * q[:, 0] + np.sin(leak) * q[:, -1],
+        -np.sin(leak) * q[:, 0] + np.cos(leak) * q[:, -1],
+    )
+    q = jnp.asarray(q.astype(np.float32))
+    lq = jnp.asarray(s) @ q
+    est = _soap._column_dots(q, lq)
+    seed = np.asarray(_zero_columns(lq, est))
+    _, bad = _qr_pass(lq, q, est, jnp.asarray(seed))
+    assert (~seed).sum() <= d // 2  # the thin passes run
+    assert leak == 0 or (np.asarray(bad) & ~seed).any()  # and have a column to find
+    outs = []
+    for thin_from in (10**9, 2):
+        monkeypatch.setattr(_soap, "_THIN_FROM", thin_from)
+        monkeypatch.setattr(_soap, "_THIN_SHARE", 2)
+        outs.append(np.asarray(jax.jit(_power_qr)((jnp.asarray(s),), (q,))[0]))
+    np.testing.assert_array_equal(outs[1], outs[0])

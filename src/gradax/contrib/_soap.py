@@ -1,6 +1,7 @@
 """SOAP (Vyas et al., 2024): Adam run in the eigenbasis of Shampoo's preconditioner, the basis refreshed every few
 steps by one step of QR-based power iteration."""
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -164,11 +165,11 @@ def _qr_pass(lq: jax.Array, q: jax.Array, est: jax.Array, bad: jax.Array) -> tup
 
 
 def _qr_repair(
-    lq: jax.Array, q: jax.Array, est: jax.Array, first: jax.Array, bad: jax.Array, seed: jax.Array
+    lq: jax.Array, q: jax.Array, est: jax.Array, first: jax.Array, bad: jax.Array, seed: jax.Array, passes: jax.Array
 ) -> jax.Array:
-    """The passes after the ``first`` (which was given the columns ``seed`` and found the columns ``bad``): again
-    while a pass finds columns adding no direction that the pass before did not (at most two more: three passes in
-    all)."""
+    """The passes after the ``first`` (which was given the columns ``seed`` and found the columns ``bad``; it was
+    pass number ``passes``): again while a pass finds columns adding no direction that the pass before did not (three
+    passes in all at most)."""
 
     def body(carry):
         _, found, passes, _ = carry
@@ -179,7 +180,42 @@ def _qr_repair(
         _, found, passes, before = carry
         return (passes < 3) & jnp.any(found & ~before)
 
-    return jax.lax.while_loop(again, body, (first, bad, jnp.int32(1), seed))[0]
+    return jax.lax.while_loop(again, body, (first, bad, passes, seed))[0]
+
+
+# from this size on, the passes that only find columns adding no direction run on a thin QR of 1/_THIN_SHARE of
+# the columns, when no more than that many can add one
+_THIN_FROM = _BLOCKED_Q_FROM
+_THIN_SHARE = 8
+
+
+def _thin_passes(lq: jax.Array, q: jax.Array, est: jax.Array, seed: jax.Array, width: int) -> tuple:
+    """The columns that the passes of :func:`_qr_pass` and :func:`_qr_repair` would be given, found from QRs of
+    ``width`` columns where at most ``width`` are not in ``seed``: ``(columns, passes)``, the set the last pass
+    takes and its number, so that the full QR runs once, on it.
+
+    A pass puts the columns it may keep first (the others last), and a Householder QR's first ``width`` columns of
+    ``R`` depend only on the first ``width`` columns of the matrix: the thin QR finds the same columns as the full
+    one (a rank-deficient 8,192 x 8,192 statistic, whose rounding noise leaves a column just over the tolerance, took
+    two full QRs a refresh)."""
+    d = q.shape[-1]
+
+    def find(bad):
+        order = jnp.lexsort((jnp.arange(d), -jnp.where(bad, -jnp.inf, est)))[:width]
+        diag = jnp.abs(jnp.diagonal(jnp.linalg.qr(jnp.where(bad, q, lq)[:, order], mode="r")))
+        scale = jnp.max(jnp.where(bad[order], 0, diag))
+        return bad.at[order].set(bad[order] | (diag <= _null_tolerance(scale, d, q.dtype)))
+
+    def body(carry):  # the next pass takes what this one found
+        given, passes, found = carry
+        return found, passes + 1, find(found)
+
+    def again(carry):
+        given, passes, found = carry
+        return (passes < 3) & jnp.any(found & ~given)
+
+    given, passes, _ = jax.lax.while_loop(again, body, (seed, jnp.int32(1), find(seed)))
+    return given, passes
 
 
 def _column_dots(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -227,11 +263,21 @@ def _power_qr(stats: tuple, bases: tuple) -> tuple:
         lq = jnp.matmul(s, q, precision=_HIGHEST)
         est = _column_dots(q, lq)
         seed = _zero_columns(lq, est)
+        passes = jnp.ones(seed.shape[:-1], jnp.int32)
+        d = q.shape[-1]
+        if d >= _THIN_FROM:
+            width = d // _THIN_SHARE
+            thin = functools.partial(_thin_passes, width=width)
+            seed, passes = jax.lax.cond(
+                jnp.all(jnp.sum(~seed, axis=-1) <= width),
+                lambda lq=lq, q=q, est=est, seed=seed: _per_matrix(thin, lq, q, est, seed),
+                lambda seed=seed, passes=passes: (seed, passes),
+            )
         first, bad = _per_matrix(_qr_pass, lq, q, est, seed)
         qq = jax.lax.cond(
             jnp.any(bad & ~seed),
-            lambda lq=lq, q=q, est=est, first=first, bad=bad, seed=seed: _per_matrix(
-                _qr_repair, lq, q, est, first, bad, seed
+            lambda lq=lq, q=q, est=est, first=first, bad=bad, seed=seed, passes=passes: _per_matrix(
+                _qr_repair, lq, q, est, first, bad, seed, passes
             ),
             lambda first=first: first,
         )

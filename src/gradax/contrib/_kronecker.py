@@ -104,12 +104,20 @@ def mode_product(x: jax.Array, mats: tuple, transpose: bool = False) -> jax.Arra
     """``x`` multiplied along each axis ``i`` by ``mats[i]`` (``x ×_i M_i^T``, or ``x ×_i M_i`` with ``transpose``).
 
     A None factor leaves its axis as it is. The result has ``x``'s axes in their order.
+
+    Each product contracts its axis where it is (the first as ``M^T x`` or ``M x``, the others as ``x M`` or
+    ``x M^T``): cycling the axes through the front instead made XLA:CPU transpose operands and results around every
+    product (an 8,192 x 8,192 factor's ``x ×_0 M`` of an 8,192 x 256 matrix: 666 ms, against 114 ms this way).
     """
-    for m in mats:
+    k = 1 if transpose else 0
+    for i, m in enumerate(mats):
         if m is None:
-            x = jnp.moveaxis(x, 0, -1)
+            continue
+        m = m.astype(x.dtype)
+        if i == 0:
+            x = jnp.tensordot(m, x, axes=((k,), (0,)), precision=_HIGHEST)
         else:
-            x = jnp.tensordot(x, m.astype(x.dtype), axes=((0,), (1 if transpose else 0,)), precision=_HIGHEST)
+            x = jnp.moveaxis(jnp.tensordot(x, m, axes=((i,), (k,)), precision=_HIGHEST), -1, i)
     return x
 
 

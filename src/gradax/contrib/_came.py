@@ -13,7 +13,7 @@ from .._hyperparams import hyper_values
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from .._state import zeros_state_like
-from ..optimizers._adafactor import clip_divisor
+from ..optimizers._adafactor import clip_divisor, without_unit_axes
 from ..transforms._adding import add_decayed_weights
 from ..transforms._combining import chain
 from ..transforms._scaling import scale_by_learning_rate
@@ -145,14 +145,13 @@ def scale_by_came(
         def leaf(g, m, vr, vc, v, rr, rc):
             if np.size(g) == 0:  # an empty leaf: its statistics would be means over nothing (0/0); keep them
                 return g, m, vr, vc, v, rr, rc
-            lead = g.shape[:-2]
-            if _factored(g.shape) and 1 in lead:
-                # the same arithmetic without the leading axes of length 1, which slow XLA:CPU's reductions of
-                # several arrays down up to 30x (see gradax.optimizers._adafactor.without_unit_axes)
-                drop = tuple(i for i, n in enumerate(lead) if n == 1)
-                args = (g, m, vr, vc, v, rr, rc)
-                out = leaf(*(x if x is v else jnp.squeeze(x, drop) for x in args))
-                return tuple(y.reshape(x.shape) for x, y in zip(args, out))
+            if _factored(g.shape) and 1 in g.shape[:-2]:  # unit axes slow XLA:CPU's reductions down (see there)
+                (g1, m1), (vr1, rr1), (vc1, rc1), _, restore = without_unit_axes(
+                    (g.ndim - 2, g.ndim - 1), (g, m), (vr, rr), (vc, rc)
+                )
+                out, m1, vr1, vc1, v, rr1, rc1 = leaf(g1, m1, vr1, vc1, v, rr1, rc1)
+                out, m1, vr1, rr1, vc1, rc1 = restore(out, m1, vr1, rr1, vc1, rc1)
+                return out, m1, vr1, vc1, v, rr1, rc1
             gc = g.astype(compute_dtype(g.dtype))
             if not _factored(g.shape):
                 v_new = (beta2 * v + (1 - beta2) * (abs_sq(gc) + e1)).astype(v.dtype)

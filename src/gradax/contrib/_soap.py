@@ -155,13 +155,22 @@ def _qr_pass(lq: jax.Array, q: jax.Array, est: jax.Array, bad: jax.Array) -> tup
     to add no direction (``bad``) replaced by the previous basis's and taken last, in index order; the result in the
     columns' own order, and ``bad`` with the columns found to add nothing."""
     d = q.shape[-1]
-    key = jnp.where(bad, -jnp.inf, est)
-    order = jnp.lexsort((jnp.arange(d), -key))
+    order = _pass_order(est, bad)
     qq, diag = _qr(jnp.where(bad, q, lq)[:, order])
     back = jnp.zeros(d, order.dtype).at[order].set(jnp.arange(d, dtype=order.dtype))
+    return qq[:, back], bad | _adds_nothing(diag, bad[order], d)[back]
+
+
+def _pass_order(est: jax.Array, bad: jax.Array) -> jax.Array:
+    """The order a pass takes one matrix's columns in: by decreasing estimate, those in ``bad`` last (by index)."""
+    return jnp.lexsort((jnp.arange(est.shape[-1]), -jnp.where(bad, -jnp.inf, est)))
+
+
+def _adds_nothing(diag: jax.Array, bad: jax.Array, d: int) -> jax.Array:
+    """Which columns of a pass (its ``|R_jj|`` and ``bad``, in the pass's order) add no direction."""
     # the scale is that of the columns of L Q: a previous basis's column has norm 1 whatever the statistics' scale
-    scale = jnp.max(jnp.where(bad[order], 0, diag))
-    return qq[:, back], bad | (diag <= _null_tolerance(scale, d, q.dtype))[back]
+    scale = jnp.max(jnp.where(bad, 0, diag))
+    return diag <= _null_tolerance(scale, d, diag.dtype)
 
 
 def _qr_repair(
@@ -201,10 +210,9 @@ def _thin_passes(lq: jax.Array, q: jax.Array, est: jax.Array, seed: jax.Array, w
     d = q.shape[-1]
 
     def find(bad):
-        order = jnp.lexsort((jnp.arange(d), -jnp.where(bad, -jnp.inf, est)))[:width]
+        order = _pass_order(est, bad)[:width]
         diag = jnp.abs(jnp.diagonal(jnp.linalg.qr(jnp.where(bad, q, lq)[:, order], mode="r")))
-        scale = jnp.max(jnp.where(bad[order], 0, diag))
-        return bad.at[order].set(bad[order] | (diag <= _null_tolerance(scale, d, q.dtype)))
+        return bad.at[order].set(bad[order] | _adds_nothing(diag, bad[order], d))
 
     def body(carry):  # the next pass takes what this one found
         given, passes, found = carry

@@ -111,25 +111,31 @@ def scale_by_factored_rms(
     return _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, epsilon, decay_rate_fn, None)
 
 
-def without_unit_axes(dims: tuple[int, int], g: jax.Array, v_row: jax.Array, v_col: jax.Array) -> tuple:
-    """``(g, v_row, v_col)`` of a factored leaf without the axes of length 1 that are not the factored ``dims``
-    (``factored_dims``), those dims renumbered, and ``restore(update, row, col)`` giving results their shapes back.
+def without_unit_axes(dims: tuple[int, int], full: tuple, rows: tuple, cols: tuple) -> tuple:
+    """A factored leaf's arrays without the axes of length 1 that are not the factored ``dims`` (``(d1, d0)``):
+    ``full`` shaped like the leaf, ``rows`` like it without ``d0`` (row statistics), ``cols`` without ``d1``.
+    Returns ``(full, rows, cols)`` squeezed, ``dims`` renumbered, and ``restore(*arrays)`` giving arrays (in that
+    order, any prefix) their shapes back.
 
     The arithmetic is the same either way; the speed is not: XLA:CPU runs a reduction of an expression of several
     arrays with a unit axis up to 30x slower than of the same data without it (a ``(1, 8192, 256)`` leaf, or a
-    ``1 x 1`` convolution's kernel ``(1, 1, c_in, c_out)``)."""
+    ``1 x 1`` convolution's kernel ``(1, 1, c_in, c_out)``). Adafactor and CAME take their leaves through it."""
     d1, d0 = dims
-    drop = tuple(i for i, n in enumerate(g.shape) if n == 1 and i not in dims)
+    drop = tuple(i for i, n in enumerate(full[0].shape) if n == 1 and i not in dims)
     if not drop:
-        return (g, v_row, v_col), dims, lambda *xs: xs
+        return full, rows, cols, dims, lambda *xs: xs
 
     def gone_from(without: int) -> tuple[int, ...]:  # the dropped axes in a statistic that lacks axis `without`
         return tuple(i - (i > without) for i in drop)
 
-    shapes = (g.shape, v_row.shape, v_col.shape)
-    squeezed = (jnp.squeeze(g, drop), jnp.squeeze(v_row, gone_from(d0)), jnp.squeeze(v_col, gone_from(d1)))
+    shapes = [x.shape for x in (*full, *rows, *cols)]
+    squeezed = (
+        tuple(jnp.squeeze(x, drop) for x in full),
+        tuple(jnp.squeeze(x, gone_from(d0)) for x in rows),
+        tuple(jnp.squeeze(x, gone_from(d1)) for x in cols),
+    )
     renumbered = (d1 - sum(i < d1 for i in drop), d0 - sum(i < d0 for i in drop))
-    return squeezed, renumbered, lambda *xs: tuple(x.reshape(s) for x, s in zip(xs, shapes))
+    return (*squeezed, renumbered, lambda *xs: tuple(x.reshape(shape) for x, shape in zip(xs, shapes)))
 
 
 def factored_moments(gc, v_row, v_col, b, ec, dims):
@@ -213,7 +219,7 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
                 inv = new_v.astype(dtype) ** -0.5
                 out = clipped(gc * inv, lambda: jnp.mean(abs_sq(gc) * (inv * inv)))
                 return out.astype(g.dtype), jnp.zeros((1,), v_row.dtype), jnp.zeros((1,), v_col.dtype), new_v
-            (gs, rs, cs), dims, restore = without_unit_axes(dims, gc, v_row, v_col)
+            (gs,), (rs,), (cs,), dims, restore = without_unit_axes(dims, (gc,), (v_row,), (v_col,))
             d1, d0 = dims
             new_row, new_col, row_factor, col_factor = factored_moments(gs, rs, cs, b, ec, dims)
             out = gs * jnp.expand_dims(row_factor, axis=d0) * jnp.expand_dims(col_factor, axis=d1)

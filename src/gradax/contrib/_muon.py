@@ -78,8 +78,10 @@ def _normalized(x: jax.Array, preconditioning: str, eps) -> jax.Array:
 
 
 def _transposed_copy(x: jax.Array) -> jax.Array:
-    """``x.T`` put in memory once, before the iteration (the barrier keeps XLA from folding the transpose into the
-    products: XLA:CPU's fast kernels want the contraction on an operand's last axis, or the second's first)."""
+    """``x.T`` put in memory once, before the iteration, for products that contract an operand's last axis (or the
+    second's first), the only ones XLA:CPU's fast kernels take. The barrier is no guarantee: XLA:CPU drops barriers
+    before it fuses (its compiled programs have none); what keeps the transpose a plain copy is that nothing
+    element-wise comes between it and the loop (see :func:`_normalized`)."""
     return jax.lax.optimization_barrier(x.T)
 
 
@@ -110,18 +112,19 @@ def _newton_schulz(
         b = c[1] * a + c[2] * (a @ a)
         return c[0] * x + b @ x
 
-    return _iterate(step, x, coeffs, ns_steps, transposed, first_apart=preconditioning in ("aol", "schatten"))
+    return _iterate(step, x, coeffs, ns_steps, transposed, preconditioning)
 
 
 def _iterate(
-    step: Callable, x: jax.Array, coeffs: jax.Array, ns_steps: int, transposed: bool, first_apart: bool = True
+    step: Callable, x: jax.Array, coeffs: jax.Array, ns_steps: int, transposed: bool, preconditioning: str
 ) -> jax.Array:
-    """``ns_steps`` Newton-Schulz steps in a ``scan``; with ``first_apart`` the first runs by itself before it (it
-    may precondition)."""
+    """``ns_steps`` Newton-Schulz steps in a ``scan``. The first runs by itself before it where it preconditions
+    (``aol``, ``schatten``); otherwise every step is in the loop (outside it XLA:CPU fuses the first step's operand
+    with what precedes it: a transposed read, or a bfloat16 rounding folded into a float32 product)."""
     coeffs = coeffs.astype(x.dtype)
     per_step = coeffs.ndim == 2
     rest = coeffs if per_step else jnp.broadcast_to(coeffs, (ns_steps, 3))
-    if first_apart:
+    if preconditioning in ("aol", "schatten"):
         x, rest = step(x, rest[0], True), rest[1:]
     if rest.shape[0]:
         x = jax.lax.scan(lambda x, c: (step(x, c, False), None), x, rest)[0]
@@ -168,9 +171,7 @@ def _low_precision_newton_schulz(
         b = c[1] * a + c[2] * mm(a, a)
         return c[0] * x + mm(b, xl)
 
-    # Every step in the loop where no step preconditions: outside it XLA:CPU folds the transpose and the rounding
-    # of the first step's operand into a float32 product (3-4x the time of a step in the loop, for a tall matrix)
-    x = _iterate(step, x, coeffs, ns_steps, False, first_apart=preconditioning in ("aol", "schatten"))
+    x = _iterate(step, x, coeffs, ns_steps, False, preconditioning)
     return jax.lax.optimization_barrier(x).T if transposed else x
 
 

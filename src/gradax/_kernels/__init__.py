@@ -454,3 +454,33 @@ def cautious_adamw_step(
     """
     head = lambda part: (scalars, decay[part])
     return tuple(_call_per_leaves("gradax_cautious_adamw_step", head, [params, grads, mu, nu], [0, 2, 3]))
+
+
+_amx: bool | None = None
+
+
+def amx_available() -> bool:
+    """Whether the kernels are built and this CPU and process can use Intel AMX's bfloat16 tile products (asked once:
+    the CPU's AMX-TILE and AMX-BF16, the OS saving the tile state, Linux granting this process the tile data)."""
+    global _amx
+    if _amx is None:
+        status = load()
+        _amx = status.available and bool(ctypes.cdll.LoadLibrary(status.path).gradax_amx_available())
+    return _amx
+
+
+def newton_schulz(x: jax.Array, coeffs: jax.Array, transposed: bool, amx: bool) -> jax.Array:
+    """Muon's quintic Newton-Schulz iteration with bfloat16 products accumulated in float32, a matrix at a time in the
+    cache (``fused_newton_schulz.c``): ``x`` float32[..., r, c], iterated on ``x^T`` when ``transposed``;
+    ``coeffs`` float32[steps, 3], a row ``(a, b, c)`` per step. ``amx`` runs the products on AMX tiles (see :func:`amx_available`), otherwise in plain C (slow: the same
+    packing and order of work, for tests).
+
+    Batched by ``vmap`` (the kernel takes a batch of matrices); no derivative of its own."""
+    status = load()
+    if not status.available:
+        raise RuntimeError(f"gradax's CPU kernels are not available: {status.reason}")
+    flags = jnp.asarray([int(transposed), int(amx)], jnp.int32)
+    call = jax.ffi.ffi_call(
+        "gradax_newton_schulz", jax.ShapeDtypeStruct(x.shape, jnp.float32), vmap_method="expand_dims"
+    )
+    return call(jnp.asarray(x, jnp.float32), jnp.asarray(coeffs, jnp.float32), flags)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .. import _kernels
 from .._base import GradientTransformation, Params, ScalarOrSchedule, init_empty_state
 from .._checks import argument_error, check_decay, check_int, check_non_negative, check_one_of
 from .._hyperparams import as_value
@@ -132,7 +133,7 @@ def _iterate(
 
 
 def _low_precision_newton_schulz(
-    x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps, ns_dtype: Any
+    x: jax.Array, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps, ns_dtype: Any, kernel: bool | None = None
 ) -> jax.Array:
     """:func:`_newton_schulz` with every matrix product's operands rounded to ``ns_dtype`` (bfloat16 in Keller
     Jordan's Muon) and accumulated in ``x``'s dtype, in which ``X``, ``A`` and the sums stay between products: the
@@ -140,7 +141,15 @@ def _low_precision_newton_schulz(
 
     A tall matrix is transposed into memory (the barriers keep XLA from folding the transpose into the products):
     XLA:CPU's low-precision kernels take a product only when it contracts each operand's last axis or the second's
-    first, which ``X^T X`` of a row-major tall ``X`` does not."""
+    first, which ``X^T X`` of a row-major tall ``X`` does not.
+
+    ``kernel`` (default: where it applies, :func:`_kernel_applies`) runs the iteration in gradax's CPU kernel on AMX
+    tiles instead (:func:`gradax._kernels.newton_schulz`: the same roundings, the float32 sums in another order,
+    each matrix in the cache), with this function's ``vmap`` and derivative."""
+    if kernel is None:
+        kernel = _kernel_applies(x, preconditioning, ns_dtype)
+    if kernel:
+        return _kernel_newton_schulz(x, coeffs, ns_steps, preconditioning, eps, ns_dtype)
     if jnp.iscomplexobj(x):
         raise ValueError(
             f"ns_dtype={jnp.dtype(ns_dtype).name} rounds the Newton-Schulz products of real matrices; this one is "
@@ -173,6 +182,38 @@ def _low_precision_newton_schulz(
 
     x = _iterate(step, x, coeffs, ns_steps, False, preconditioning)
     return jax.lax.optimization_barrier(x).T if transposed else x
+
+
+def _kernel_applies(x: jax.Array, preconditioning: str, ns_dtype: Any) -> bool:
+    """Whether :func:`_low_precision_newton_schulz` runs in the AMX kernel: bfloat16 products of a float32 matrix
+    normalized by a norm (the iteration's first step is not special), on a CPU that has AMX, with the kernels built,
+    outside a GSPMD-partitioned ``jit`` (see ``gradax.fused``'s ``kernel_applies``)."""
+    from ..fused._common import kernel_applies  # gradax.fused imports contrib
+
+    return (
+        jnp.dtype(ns_dtype) == jnp.bfloat16
+        and x.dtype == jnp.float32
+        and preconditioning in ("frobenius", "spectral")
+        and kernel_applies()
+        and _kernels.amx_available()
+    )
+
+
+def _kernel_newton_schulz(x, coeffs, ns_steps, preconditioning, eps, ns_dtype):
+    """:func:`_low_precision_newton_schulz` by the AMX kernel, batched by the kernel under ``vmap`` and differentiated
+    as the XLA iteration."""
+    rows = coeffs if coeffs.ndim == 2 else jnp.broadcast_to(coeffs, (ns_steps, 3))
+
+    @jax.custom_jvp
+    def iterate(x, rows):
+        return _kernels.newton_schulz(x, rows, x.shape[-2] > x.shape[-1], True)
+
+    @iterate.defjvp
+    def _jvp(primals, tangents):
+        reference = lambda x, rows: _low_precision_newton_schulz(x, rows, ns_steps, "", eps, ns_dtype, kernel=False)
+        return jax.jvp(reference, primals, tangents)
+
+    return iterate(_normalized(x, preconditioning, eps), rows.astype(jnp.float32))
 
 
 def _ns_dtype(api: str, ns_dtype: Any) -> Any:

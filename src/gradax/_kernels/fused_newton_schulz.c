@@ -378,8 +378,9 @@ typedef struct {
 } Work;
 
 /* The work space of a thread, kept between calls (its pages are touched once, not at every call: a fresh 20 MB
- * costs thousands of page faults) and freed when the thread ends. It grows to the largest matrix the thread has
- * iterated on. */
+ * costs thousands of page faults) and freed when the thread ends; one larger than KEEP_BYTES is freed after the
+ * call (a GPT-2 embedding's is 0.5 GB). */
+#define KEEP_BYTES ((size_t)64 << 20)
 typedef struct {
     void* base;
     size_t bytes;
@@ -417,6 +418,16 @@ static void* thread_space(size_t bytes) {
 #endif
     }
     return space->base;
+}
+
+/* Frees this thread's work space if it is larger than KEEP_BYTES. */
+static void trim_space(void) {
+    Space* space = (Space*)pthread_getspecific(space_key);
+    if (space != NULL && space->bytes > KEEP_BYTES) {
+        free(space->base);
+        space->base = NULL;
+        space->bytes = 0;
+    }
 }
 
 static size_t up64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
@@ -592,6 +603,7 @@ static void newton_schulz_part(Job* job, int part, int64_t leaf, int64_t lo, int
 #if GRADAX_AMX
     if (ns->amx) release_tiles();
 #endif
+    trim_space();
 }
 
 XLA_FFI_Error* gradax_newton_schulz(XLA_FFI_CallFrame* frame) {
@@ -640,6 +652,7 @@ XLA_FFI_Error* gradax_newton_schulz(XLA_FFI_CallFrame* frame) {
 #if GRADAX_AMX
         if (amx) release_tiles();
 #endif
+        trim_space();
         return failed ? make_error(frame, "gradax_newton_schulz: out of memory") : NULL;
     }
     Job* job = new_job(batch, sizeof(NewtonSchulz));

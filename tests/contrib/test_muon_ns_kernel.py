@@ -39,7 +39,9 @@ def _normalized(x):
 
 def _kernel(x, coeffs, steps, amx):
     rows = np.broadcast_to(coeffs, (steps, 3)) if coeffs.ndim == 1 else coeffs[:steps]
-    return np.asarray(_kernels.newton_schulz(jnp.asarray(x), jnp.asarray(rows, jnp.float32), x.shape[0] > x.shape[1], amx))
+    return np.asarray(
+        _kernels.newton_schulz(jnp.asarray(x), jnp.asarray(rows, jnp.float32), x.shape[0] > x.shape[1], amx)
+    )
 
 
 @pytest.mark.parametrize("amx", MODES)

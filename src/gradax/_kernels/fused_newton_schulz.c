@@ -23,7 +23,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && \
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
     ((!defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12))
 #define GRADAX_AMX 1
 #include <cpuid.h>
@@ -43,8 +43,9 @@ static inline float from_bf16(uint16_t h) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* Whether this process may use AMX: the CPU has AMX-TILE and AMX-BF16, the OS saves the tile state (XCR0 bits 17
- * and 18), and Linux granted this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM). Asked once. */
+/* Whether this process may use AMX: the CPU has AMX-TILE and AMX-BF16 and the AVX-512 the packings use (F, BW, VL,
+ * BF16), the OS saves the AVX-512 and tile states (XCR0), and Linux granted this process the tile data (arch_prctl
+ * ARCH_REQ_XCOMP_PERM). Asked once. */
 
 #if GRADAX_AMX
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -52,12 +53,16 @@ static inline float from_bf16(uint16_t h) {
 
 static int amx_check(void) {
     unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     if (!(d & (1u << 24)) || !(d & (1u << 22))) return 0; /* AMX-TILE, AMX-BF16 */
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
+    unsigned avx512 = (1u << 16) | (1u << 30) | (1u << 31); /* AVX512F, AVX512BW, AVX512VL */
+    if ((b & avx512) != avx512) return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return 0; /* AVX512_BF16 */
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & (3u << 17)) != (3u << 17)) return 0;
+    uint32_t states = (3u << 1) | (7u << 5) | (3u << 17); /* SSE, AVX; opmask, ZMM; tile config, tile data */
+    if ((lo & states) != states) return 0;
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 #endif

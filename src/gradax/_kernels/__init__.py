@@ -472,8 +472,8 @@ def amx_available() -> bool:
 def newton_schulz(x: jax.Array, coeffs: jax.Array, transposed: bool, amx: bool) -> jax.Array:
     """Muon's quintic Newton-Schulz iteration with bfloat16 products accumulated in float32, a matrix at a time in the
     cache (``fused_newton_schulz.c``): ``x`` float32[..., r, c], iterated on ``x^T`` when ``transposed``;
-    ``coeffs`` float32[steps, 3], a row ``(a, b, c)`` per step. ``amx`` runs the products on AMX tiles (see :func:`amx_available`), otherwise in plain C (slow: the same
-    packing and order of work, for tests).
+    ``coeffs`` float32[steps, 3], a row ``(a, b, c)`` per step. ``amx`` runs the products on AMX tiles (see
+    :func:`amx_available`), otherwise in plain C (slow: the same packing and order of work, for tests).
 
     Batched by ``vmap`` (the kernel takes a batch of matrices); no derivative of its own."""
     status = load()

@@ -347,14 +347,11 @@ static const Ops AMX = {block_amx, round_amx, vnni_amx, vnni_t_amx, combine_amx,
  * while the blocks of rows pass over it. */
 #define K_CHUNK 1024
 
-/* The blocks on and above the diagonal of S = P P^T (n x n, row stride n; P n x K bfloat16, Q its VNNI transpose)
- * in the block rows [s0, s1) of the balanced order (block_row). */
-static void symmetric_rows(const uint16_t* P, const uint16_t* Q, int64_t n, int64_t K, float* S, const Ops* ops,
-                           int64_t s0, int64_t s1);
-
 /* The block rows in the order 0, last, 1, last - 1, ...: consecutive ranges of it hold about as many blocks. */
 static inline int64_t block_row(int64_t s, int64_t rows) { return s % 2 == 0 ? s / 2 : rows - 1 - s / 2; }
 
+/* The blocks on and above the diagonal of S = P P^T (n x n, row stride n; P n x K bfloat16, Q its VNNI transpose)
+ * in the block rows [s0, s1) of the balanced order (block_row). */
 static void symmetric_rows(const uint16_t* P, const uint16_t* Q, int64_t n, int64_t K, float* S, const Ops* ops,
                            int64_t s0, int64_t s1) {
     for (int64_t k0 = 0; k0 < K; k0 += K_CHUNK) {
@@ -575,8 +572,8 @@ typedef struct {
     const float *in, *coeffs;
     float* out;
     int64_t r, c, steps, coeff_stride, mp, np;
-    int transposed, amx, threads; /* threads: per matrix (0: each matrix on one thread) */
-    atomic_int failed;            /* a part that could not allocate its work space */
+    int transposed, amx;
+    atomic_int failed; /* a part that could not allocate its work space */
 } NewtonSchulz;
 
 static const Ops* ops_for(int amx) {
@@ -587,28 +584,33 @@ static const Ops* ops_for(int amx) {
     return &PORTABLE;
 }
 
+/* Matrices [b0, b1) on this thread, each step's work over `threads` threads of XLA's pool (0: all here), in this
+ * thread's work space. Returns 0, or -1 when out of memory. */
+static int run_matrices(NewtonSchulz* ns, int64_t b0, int64_t b1, int threads) {
+    Work w;
+    if (!work_init(&w, ns->mp, ns->np)) return -1;
+#if GRADAX_AMX
+    if (ns->amx) load_tiles();
+#endif
+    int64_t size = ns->r * ns->c;
+    int failed = 0;
+    for (int64_t b = b0; b < b1 && !failed; ++b)
+        failed = newton_schulz(ns->frame, &w, ns->in + b * size, ns->out + b * size, ns->r, ns->c, ns->transposed,
+                               ns->coeffs + b * ns->coeff_stride, ns->steps, ops_for(ns->amx), ns->amx, threads);
+#if GRADAX_AMX
+    if (ns->amx) release_tiles();
+#endif
+    trim_space();
+    return failed;
+}
+
 /* The job's "leaves" are the matrices, 16 elements each (parts start on multiples of 16: whole matrices). */
 static void newton_schulz_part(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
     (void)part;
     (void)lo;
     (void)hi;
     NewtonSchulz* ns = (NewtonSchulz*)job->data;
-    Work w;
-    if (!work_init(&w, ns->mp, ns->np)) {
-        atomic_store(&ns->failed, 1);
-        return;
-    }
-#if GRADAX_AMX
-    if (ns->amx) load_tiles();
-#endif
-    int64_t size = ns->r * ns->c;
-    if (newton_schulz(ns->frame, &w, ns->in + leaf * size, ns->out + leaf * size, ns->r, ns->c, ns->transposed,
-                      ns->coeffs + leaf * ns->coeff_stride, ns->steps, ops_for(ns->amx), ns->amx, 0))
-        atomic_store(&ns->failed, 1);
-#if GRADAX_AMX
-    if (ns->amx) release_tiles();
-#endif
-    trim_space();
+    if (run_matrices(ns, leaf, leaf + 1, 0)) atomic_store(&ns->failed, 1);
 }
 
 XLA_FFI_Error* gradax_newton_schulz(XLA_FFI_CallFrame* frame) {
@@ -642,30 +644,17 @@ XLA_FFI_Error* gradax_newton_schulz(XLA_FFI_CallFrame* frame) {
     int64_t mp = (m + 31) & ~(int64_t)31, np = (n + 31) & ~(int64_t)31;
     int threads = pool_threads(frame);
     if (threads > MAX_PARTS) threads = MAX_PARTS;
-    if (batch < threads && mp * np >= SPLIT_FROM) { /* a matrix at a time, each step over the threads */
-        Work w;
-        if (!work_init(&w, mp, np)) return make_error(frame, "gradax_newton_schulz: out of memory");
-        const Ops* ops = ops_for(amx);
-#if GRADAX_AMX
-        if (amx) load_tiles();
-#endif
-        int failed = 0;
-        for (int64_t b = 0; b < batch && !failed; ++b)
-            failed = newton_schulz(frame, &w, (const float*)x->data + b * r * c, (float*)out->data + b * r * c, r, c,
-                                   transposed, (const float*)cf->data + (coeff_batch == 1 ? 0 : b * 3 * steps),
-                                   steps, ops, amx, threads);
-#if GRADAX_AMX
-        if (amx) release_tiles();
-#endif
-        trim_space();
-        return failed ? make_error(frame, "gradax_newton_schulz: out of memory") : NULL;
-    }
     Job* job = new_job(batch, sizeof(NewtonSchulz));
     if (job == NULL) return make_error(frame, "gradax_newton_schulz: out of memory");
     NewtonSchulz* ns = (NewtonSchulz*)job->data;
     *ns = (NewtonSchulz){frame, (const float*)x->data, (const float*)cf->data, (float*)out->data, r, c, steps,
-                         coeff_batch == 1 ? 0 : 3 * steps, mp, np, transposed, amx, 0};
+                         coeff_batch == 1 ? 0 : 3 * steps, mp, np, transposed, amx};
     atomic_init(&ns->failed, 0);
+    if (batch < threads && mp * np >= SPLIT_FROM) { /* a matrix at a time, each step over the threads */
+        int failed = run_matrices(ns, 0, batch, threads);
+        release(job);
+        return failed ? make_error(frame, "gradax_newton_schulz: out of memory") : NULL;
+    }
     /* a part per matrix, as many at once as the pool has threads */
     for (int64_t b = 0; b <= batch; ++b) job->offset[b] = 16 * b;
     job->run = newton_schulz_part;

@@ -122,14 +122,17 @@ def _iterate(
     """``ns_steps`` Newton-Schulz steps in a ``scan``. The first runs by itself before it where it preconditions
     (``aol``, ``schatten``); otherwise every step is in the loop (outside it XLA:CPU fuses the first step's operand
     with what precedes it: a transposed read, or a bfloat16 rounding folded into a float32 product)."""
-    coeffs = coeffs.astype(x.dtype)
-    per_step = coeffs.ndim == 2
-    rest = coeffs if per_step else jnp.broadcast_to(coeffs, (ns_steps, 3))
+    rest = _coefficient_rows(coeffs, ns_steps).astype(x.dtype)
     if preconditioning in ("aol", "schatten"):
         x, rest = step(x, rest[0], True), rest[1:]
     if rest.shape[0]:
         x = jax.lax.scan(lambda x, c: (step(x, c, False), None), x, rest)[0]
     return x.T if transposed else x
+
+
+def _coefficient_rows(coeffs: jax.Array, ns_steps: int) -> jax.Array:
+    """The iteration's ``(ns_steps, 3)`` coefficients: per-step rows as given, one ``(3,)`` row repeated."""
+    return coeffs if coeffs.ndim == 2 else jnp.broadcast_to(coeffs, (ns_steps, 3))
 
 
 def _low_precision_newton_schulz(
@@ -202,7 +205,6 @@ def _kernel_applies(x: jax.Array, preconditioning: str, ns_dtype: Any) -> bool:
 def _kernel_newton_schulz(x, coeffs, ns_steps, preconditioning, eps, ns_dtype):
     """:func:`_low_precision_newton_schulz` by the AMX kernel, batched by the kernel under ``vmap`` and differentiated
     as the XLA iteration."""
-    rows = coeffs if coeffs.ndim == 2 else jnp.broadcast_to(coeffs, (ns_steps, 3))
 
     @jax.custom_jvp
     def iterate(x, rows):
@@ -213,7 +215,7 @@ def _kernel_newton_schulz(x, coeffs, ns_steps, preconditioning, eps, ns_dtype):
         reference = lambda x, rows: _low_precision_newton_schulz(x, rows, ns_steps, "", eps, ns_dtype, kernel=False)
         return jax.jvp(reference, primals, tangents)
 
-    return iterate(_normalized(x, preconditioning, eps), rows.astype(jnp.float32))
+    return iterate(_normalized(x, preconditioning, eps), _coefficient_rows(coeffs, ns_steps))
 
 
 def _ns_dtype(api: str, ns_dtype: Any) -> Any:

@@ -154,12 +154,64 @@ def matrix_inverse_pth_root(
     n = matrix.shape[0]
     if isinstance(p, (int, float)) and n > 1 and p not in (1, 2, 4, 8):
         raise argument_error("matrix_inverse_pth_root", "p", "one of 1, 2, 4, 8", p)
+    if n == 1:
+        max_ev, _ = power_iteration(matrix, num_iters=100, error_tolerance=1e-6, precision=precision)
+        return (matrix + ridge_epsilon * jnp.maximum(max_ev, 1e-16)) ** jnp.asarray(-1.0 / p, jnp.float32), 0
+    if _kernel_root_applies(matrix):
+        return _kernel_inverse_pth_root(matrix, p, num_iters, ridge_epsilon, error_tolerance, precision)
+    return _newton_inverse_root(matrix, p, num_iters, ridge_epsilon, error_tolerance, precision)
+
+
+# the largest side the kernel takes (its work space is 9 float32 copies of the matrix per thread)
+_KERNEL_MAX_SIDE = 1024
+
+
+def _kernel_root_applies(matrix: jax.Array) -> bool:
+    """Whether :func:`matrix_inverse_pth_root` runs in the CPU kernel: a float32 matrix of side at most 1,024, on a
+    CPU with AVX-512, with the kernels built, outside a GSPMD-partitioned ``jit`` (``gradax.fused``'s
+    ``kernel_applies``)."""
+    from . import _kernels
+    from .fused._common import kernel_applies  # gradax.fused imports the optimizers, which import this module
+
+    return (
+        matrix.dtype == jnp.float32
+        and matrix.shape[-1] <= _KERNEL_MAX_SIDE
+        and kernel_applies()
+        and _kernels.avx512_available()
+    )
+
+
+def _start_vector(n: int, dtype: Any) -> jax.Array:
+    """:func:`power_iteration`'s default start vector, normalized."""
+    return _normalize(jax.random.uniform(jax.random.PRNGKey(0), (n,), dtype, minval=-1.0, maxval=1.0))
+
+
+def _kernel_inverse_pth_root(matrix, p, num_iters, ridge_epsilon, error_tolerance, precision):
+    """:func:`matrix_inverse_pth_root` by the CPU kernel (``_kernels/fused_inverse_root.c``: the same steps, each
+    matrix in the cache, half of each product's blocks by symmetry), batched by the kernel under ``vmap`` and
+    differentiated as the XLA iteration."""
+    from . import _kernels
+
+    @jax.custom_jvp
+    def roots(matrix, params):
+        return _kernels.inverse_pth_root(matrix, _start_vector(matrix.shape[-1], jnp.float32), params, True)
+
+    @roots.defjvp
+    def _jvp(primals, tangents):
+        reference = lambda m, q: _newton_inverse_root(m, q[2], q[3], q[0], q[1], precision)
+        return jax.jvp(reference, primals, tangents)
+
+    params = jnp.stack([jnp.asarray(x, jnp.float32) for x in (ridge_epsilon, error_tolerance, p, num_iters)])
+    return roots(matrix, params)
+
+
+def _newton_inverse_root(matrix, p, num_iters, ridge_epsilon, error_tolerance, precision):
+    """:func:`matrix_inverse_pth_root`'s iteration in XLA (a matrix of side > 1)."""
+    n = matrix.shape[0]
     alpha = jnp.asarray(-1.0 / p, jnp.float32)
     eye = jnp.eye(n, dtype=jnp.float32)
     max_ev, _ = power_iteration(matrix, num_iters=100, error_tolerance=1e-6, precision=precision)
     ridge = ridge_epsilon * jnp.maximum(max_ev, 1e-16)
-    if n == 1:
-        return (matrix + ridge) ** alpha, 0
 
     def power(m):
         """``m ** p`` for p in (1, 2, 4, 8), by repeated squaring."""

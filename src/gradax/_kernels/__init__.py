@@ -484,3 +484,36 @@ def newton_schulz(x: jax.Array, coeffs: jax.Array, transposed: bool, amx: bool) 
         "gradax_newton_schulz", jax.ShapeDtypeStruct(x.shape, jnp.float32), vmap_method="expand_dims"
     )
     return call(jnp.asarray(x, jnp.float32), jnp.asarray(coeffs, jnp.float32), flags)
+
+
+_avx512: bool | None = None
+
+
+def avx512_available() -> bool:
+    """Whether the kernels are built and this CPU has AVX-512 (with the OS saving its state; asked once)."""
+    global _avx512
+    if _avx512 is None:
+        status = load()
+        _avx512 = status.available and bool(ctypes.cdll.LoadLibrary(status.path).gradax_avx512_available())
+    return _avx512
+
+
+def inverse_pth_root(matrix: jax.Array, v0: jax.Array, params: jax.Array, avx512: bool) -> tuple[jax.Array, jax.Array]:
+    """The coupled Newton iteration of :func:`gradax.matrix_inverse_pth_root`, a matrix at a time in the cache
+    (``fused_inverse_root.c``): ``matrix`` float32[..., n, n] (symmetric), ``v0`` float32[n] the power iteration's
+    unit start vector, ``params`` float32[4]: ridge_epsilon, error_tolerance, p, num_iters. ``avx512`` runs the
+    products with AVX-512 (see :func:`avx512_available`), otherwise in plain C (slow: the same order of work and
+    roundings, for tests). Returns ``(roots, errors)``.
+
+    Batched by ``vmap`` (the kernel takes a batch of matrices); no derivative of its own."""
+    status = load()
+    if not status.available:
+        raise RuntimeError(f"gradax's CPU kernels are not available: {status.reason}")
+    matrix = jnp.asarray(matrix, jnp.float32)
+    call = jax.ffi.ffi_call(
+        "gradax_inverse_pth_root",
+        (jax.ShapeDtypeStruct(matrix.shape, jnp.float32), jax.ShapeDtypeStruct(matrix.shape[:-2], jnp.float32)),
+        vmap_method="expand_dims",
+    )
+    flags = jnp.asarray([int(avx512)], jnp.int32)
+    return call(matrix, jnp.asarray(v0, jnp.float32), jnp.asarray(params, jnp.float32), flags)

@@ -19,9 +19,7 @@
  */
 #define _GNU_SOURCE /* syscall() for the AMX permission */
 #include "fused_common.h"
-
-#include <pthread.h>
-#include <sys/mman.h>
+#include "thread_space.h"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
     ((!defined(__clang__) && __GNUC__ >= 11) || (defined(__clang__) && __clang_major__ >= 12))
@@ -378,61 +376,6 @@ typedef struct {
     float *x, *a, *aa;                     /* X (mp x np), A and A A (mp x mp) */
     uint16_t *xb, *xt, *xv, *ab, *av, *bb; /* bfloat16: X, X^T and X as Q, A, A as Q, B */
 } Work;
-
-/* The work space of a thread, kept between calls (its pages are touched once, not at every call: a fresh 20 MB
- * costs thousands of page faults) and freed when the thread ends; one larger than KEEP_BYTES is freed after the
- * call (a GPT-2 embedding's is 0.5 GB). */
-#define KEEP_BYTES ((size_t)64 << 20)
-typedef struct {
-    void* base;
-    size_t bytes;
-} Space;
-
-static pthread_key_t space_key;
-static pthread_once_t space_once = PTHREAD_ONCE_INIT;
-
-static void space_free(void* p) {
-    Space* space = (Space*)p;
-    free(space->base);
-    free(space);
-}
-
-static void space_key_init(void) { pthread_key_create(&space_key, space_free); }
-
-static void* thread_space(size_t bytes) {
-    pthread_once(&space_once, space_key_init);
-    Space* space = (Space*)pthread_getspecific(space_key);
-    if (space == NULL) {
-        space = (Space*)calloc(1, sizeof(Space));
-        if (space == NULL || pthread_setspecific(space_key, space) != 0) {
-            free(space);
-            return NULL;
-        }
-    }
-    if (space->bytes < bytes) {
-        free(space->base);
-        /* 2 MB pages where the system gives them (the products and packings read X's rows far apart) */
-        size_t huge = (size_t)1 << 21, rounded = (bytes + huge - 1) & ~(huge - 1);
-        space->base = aligned_alloc(huge, rounded);
-        space->bytes = space->base ? rounded : 0;
-#ifdef MADV_HUGEPAGE
-        if (space->base) madvise(space->base, rounded, MADV_HUGEPAGE);
-#endif
-    }
-    return space->base;
-}
-
-/* Frees this thread's work space if it is larger than KEEP_BYTES. */
-static void trim_space(void) {
-    Space* space = (Space*)pthread_getspecific(space_key);
-    if (space != NULL && space->bytes > KEEP_BYTES) {
-        free(space->base);
-        space->base = NULL;
-        space->bytes = 0;
-    }
-}
-
-static size_t up64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 static int work_init(Work* w, int64_t mp, int64_t np) {
     memset(w, 0, sizeof(*w));

@@ -2,8 +2,8 @@
 
 On the suite's GPT-2-small-shaped tree (``benchmarks.suite.trees``), for each optimizer: its gradax step (XLA,
 compiled once, donated, timed like the suite's steps), its torch reference's step on the same CPU with the same
-shapes (torch using as many threads as there are cores), and gradax's AdamW step timed in the same minutes, the
-three alternating repeat after repeat. Reported: medians, the ratios gradax / torch and gradax / AdamW against the
+shapes (torch on as many threads as there are cores, or ``OMP_NUM_THREADS``), and gradax's AdamW step timed in
+the same minutes, the three alternating repeat after repeat. Reported: medians, the ratios gradax / torch and gradax / AdamW against the
 issues' targets, gradax's compile time, and the optimizer state's bytes (Adam-mini's against AdamW's).
 
 SOAP and Shampoo refresh their preconditioners every ``REFRESH`` steps: a timed repeat is a multiple of that many
@@ -357,7 +357,8 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = {"width": width, "heads": width // 64 if width >= 64 else 2, "torch_device": args.torch_device}
     if torch is not None and args.torch_device != "cpu":
         torch.set_float32_matmul_precision("high")
-    threads = os.cpu_count() or 1
+    # torch on every core (as XLA), unless OMP_NUM_THREADS says otherwise (the test suite's one thread per worker)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
     if torch is not None:
         torch.set_num_threads(threads)
     shapes = gpt2_shapes(vocab, n_ctx, width, layers)
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> dict:
         "shape": {"vocab": vocab, "n_ctx": n_ctx, "width": width, "layers": layers, "heads": cfg["heads"]},
         "params": n_params(shapes),
         "repeats": repeats,
-        "threads": {"cpu_count": threads, "torch": torch.get_num_threads() if torch is not None else None},
+        "threads": {"cpu_count": os.cpu_count(), "torch": torch.get_num_threads() if torch is not None else None},
         "torch_device": args.torch_device,
         "machine": {"platform": platform.platform(), "jax": jax.__version__, "backend": jax.default_backend()},
         "adamw_compile_s": adamw.compile_s,

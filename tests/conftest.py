@@ -4,6 +4,9 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+# the torch references on one thread: two pytest workers share CI's two cores, and torch's OpenMP threads spin
+# against the other worker (the benchmarks set their own thread counts)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import jax
 import pytest

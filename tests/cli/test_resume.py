@@ -23,6 +23,7 @@ from gradax.cli import _run, main
 from gradax.cli._checkpoint import Checkpoints, latest_step_in
 from gradax.cli._expr import parse_optimizer
 from gradax.cli._tasks import get_task
+from tests._compiles import backend_compiles
 
 DRIVER = str(Path(__file__).with_name("kill_driver.py"))
 OPT = "chain(clip_by_global_norm(1.0), adamw(learning_rate=warmup_cosine_decay_schedule(0.0, 3e-3, 4, 14)))"
@@ -78,10 +79,11 @@ def reference(tmp_path_factory):
 
     _run.make_step_fn = capture
     try:
-        assert main(["train", "--optimizer", OPT, *ARGS, "--out", str(out)]) == 0
+        with backend_compiles() as compiled:
+            assert main(["train", "--optimizer", OPT, *ARGS, "--out", str(out)]) == 0
     finally:
         _run.make_step_fn = make
-    assert [f._cache_size() for f in made] == [1]
+    assert len(made) == 1 and compiled.count("jit(step_fn)") == 1
     assert latest_step_in(out) == STEPS
     return out
 

@@ -516,4 +516,5 @@ def inverse_pth_root(matrix: jax.Array, v0: jax.Array, params: jax.Array, avx512
         vmap_method="expand_dims",
     )
     flags = jnp.asarray([int(avx512)], jnp.int32)
-    return call(matrix, jnp.asarray(v0, jnp.float32), jnp.asarray(params, jnp.float32), flags)
+    roots, errors = call(matrix, jnp.asarray(v0, jnp.float32), jnp.asarray(params, jnp.float32), flags)
+    return roots, errors

@@ -256,6 +256,19 @@ static inline void run_job(XLA_FFI_CallFrame* frame, Job* job) {
     while (atomic_load_explicit(&job->done, memory_order_acquire) < job->parts) sched_yield();
 }
 
+/* Runs `run` once per matrix of a batch of `batch` (the job's "leaves" are the matrices, 16 elements each, so parts
+ * start on whole matrices), as many matrices at once as XLA's pool has threads, and waits for them. */
+static inline void run_per_matrix(XLA_FFI_CallFrame* frame, Job* job, int64_t batch,
+                                  void (*run)(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi)) {
+    int threads = pool_threads(frame);
+    if (threads > MAX_PARTS) threads = MAX_PARTS;
+    for (int64_t b = 0; b <= batch; ++b) job->offset[b] = 16 * b;
+    job->run = run;
+    job->parts = batch < threads ? (int)batch : threads;
+    job->workers = job->parts;
+    run_job(frame, job);
+}
+
 /* One allocation: the Job, offset[n + 1], then `extra` bytes of kernel data (zeroed), 16-byte aligned. */
 static inline Job* new_job(int64_t n, size_t extra) {
     size_t head = (sizeof(Job) + 15) & ~(size_t)15;

@@ -235,7 +235,7 @@ typedef struct {
     atomic_int failed; /* a part that could not allocate its work space */
 } InverseRoot;
 
-/* The job's "leaves" are the matrices, 16 elements each (parts start on multiples of 16: whole matrices). */
+/* One matrix of the batch (run_per_matrix). */
 static void inverse_root_part(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
     (void)part;
     (void)lo;
@@ -288,13 +288,7 @@ XLA_FFI_Error* gradax_inverse_pth_root(XLA_FFI_CallFrame* frame) {
     *ir = (InverseRoot){(const float*)a->data, (const float*)v0->data, (const float*)pr->data, (float*)root->data,
                         (float*)err->data, n, num_elements(v0) == n ? 0 : n, num_elements(pr) == 4 ? 0 : 4, avx512};
     atomic_init(&ir->failed, 0);
-    int threads = pool_threads(frame);
-    if (threads > MAX_PARTS) threads = MAX_PARTS;
-    for (int64_t b = 0; b <= batch; ++b) job->offset[b] = 16 * b;
-    job->run = inverse_root_part;
-    job->parts = batch < threads ? (int)batch : threads;
-    job->workers = job->parts;
-    run_job(frame, job);
+    run_per_matrix(frame, job, batch, inverse_root_part);
     int failed = atomic_load(&ir->failed);
     release(job);
     return failed ? make_error(frame, "gradax_inverse_pth_root: out of memory") : NULL;

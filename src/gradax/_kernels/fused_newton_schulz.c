@@ -547,7 +547,7 @@ static int run_matrices(NewtonSchulz* ns, int64_t b0, int64_t b1, int threads) {
     return failed;
 }
 
-/* The job's "leaves" are the matrices, 16 elements each (parts start on multiples of 16: whole matrices). */
+/* One matrix of the batch (run_per_matrix). */
 static void newton_schulz_part(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi) {
     (void)part;
     (void)lo;
@@ -598,12 +598,7 @@ XLA_FFI_Error* gradax_newton_schulz(XLA_FFI_CallFrame* frame) {
         release(job);
         return failed ? make_error(frame, "gradax_newton_schulz: out of memory") : NULL;
     }
-    /* a part per matrix, as many at once as the pool has threads */
-    for (int64_t b = 0; b <= batch; ++b) job->offset[b] = 16 * b;
-    job->run = newton_schulz_part;
-    job->parts = batch < threads ? (int)batch : threads;
-    job->workers = job->parts;
-    run_job(frame, job);
+    run_per_matrix(frame, job, batch, newton_schulz_part);
     int failed = atomic_load(&ns->failed);
     release(job);
     return failed ? make_error(frame, "gradax_newton_schulz: out of memory") : NULL;

@@ -88,8 +88,7 @@ def power_iteration(
             return jnp.matmul(matrix, v, precision=precision)
 
         if v0 is None:
-            key = jax.random.PRNGKey(0) if key is None else key
-            v0 = jax.random.uniform(key, matrix.shape[-1:], matrix.dtype, minval=-1.0, maxval=1.0)
+            v0 = _default_start(matrix.shape[-1], matrix.dtype, key)
     v0 = _normalize(v0)
 
     def keep_going(carry):
@@ -181,9 +180,15 @@ def _kernel_root_applies(matrix: jax.Array) -> bool:
     )
 
 
+def _default_start(n: int, dtype: Any, key: jax.Array | None = None) -> jax.Array:
+    """:func:`power_iteration`'s default start vector before it is normalized: uniform in [-1, 1]^n."""
+    key = jax.random.PRNGKey(0) if key is None else key
+    return jax.random.uniform(key, (n,), dtype, minval=-1.0, maxval=1.0)
+
+
 def _start_vector(n: int, dtype: Any) -> jax.Array:
-    """:func:`power_iteration`'s default start vector, normalized."""
-    return _normalize(jax.random.uniform(jax.random.PRNGKey(0), (n,), dtype, minval=-1.0, maxval=1.0))
+    """:func:`power_iteration`'s default start vector, normalized (the inverse-root kernel's)."""
+    return _normalize(_default_start(n, dtype))
 
 
 def _kernel_inverse_pth_root(matrix, p, num_iters, ridge_epsilon, error_tolerance, precision):

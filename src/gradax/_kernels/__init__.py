@@ -299,6 +299,13 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(k, min(n, k + size)) for k in range(0, n, size)]
 
 
+def _require() -> None:
+    """Builds and registers the kernels with XLA on first use; raises when they cannot be used here."""
+    status = load()
+    if not status.available:
+        raise RuntimeError(f"gradax's CPU kernels are not available: {status.reason}")
+
+
 def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL, carry=()):
     """``target`` called once per ``size`` leaves: the operands are ``head(chunk)`` (a slice of leaf indices), then
     the ``carry`` arrays, then each of ``groups`` (lists of per-leaf arrays, one entry per leaf) sliced to the chunk,
@@ -308,9 +315,7 @@ def _call_per_leaves(target, head, groups, results, size=LEAVES_PER_CALL, carry=
     result has the shape, dtype and buffer of its operand in ``groups[k]``: in place). Returns one list per result
     group, then the final ``carry`` when there is one.
     """
-    status = load()  # registers the targets with XLA on first use
-    if not status.available:
-        raise RuntimeError(f"gradax's CPU kernels are not available: {status.reason}")
+    _require()
     outs: list = [[] for _ in results]
     carry = list(carry)
     for part in _chunks(len(groups[0]), size):
@@ -456,17 +461,26 @@ def cautious_adamw_step(
     return tuple(_call_per_leaves("gradax_cautious_adamw_step", head, [params, grads, mu, nu], [0, 2, 3]))
 
 
-_amx: bool | None = None
+_answers: dict[str, bool] = {}
+
+
+def _library_says(function: str) -> bool:
+    """Whether the kernels are built and the library's ``int function(void)`` returns true (asked once)."""
+    if function not in _answers:
+        status = load()
+        _answers[function] = status.available and bool(getattr(ctypes.cdll.LoadLibrary(status.path), function)())
+    return _answers[function]
 
 
 def amx_available() -> bool:
     """Whether the kernels are built and this CPU and process can use Intel AMX's bfloat16 tile products (asked once:
     the CPU's AMX-TILE and AMX-BF16, the OS saving the tile state, Linux granting this process the tile data)."""
-    global _amx
-    if _amx is None:
-        status = load()
-        _amx = status.available and bool(ctypes.cdll.LoadLibrary(status.path).gradax_amx_available())
-    return _amx
+    return _library_says("gradax_amx_available")
+
+
+def avx512_available() -> bool:
+    """Whether the kernels are built and this CPU has AVX-512 (with the OS saving its state; asked once)."""
+    return _library_says("gradax_avx512_available")
 
 
 def newton_schulz(x: jax.Array, coeffs: jax.Array, transposed: bool, amx: bool) -> jax.Array:
@@ -476,26 +490,12 @@ def newton_schulz(x: jax.Array, coeffs: jax.Array, transposed: bool, amx: bool) 
     :func:`amx_available`), otherwise in plain C (slow: the same packing and order of work, for tests).
 
     Batched by ``vmap`` (the kernel takes a batch of matrices); no derivative of its own."""
-    status = load()
-    if not status.available:
-        raise RuntimeError(f"gradax's CPU kernels are not available: {status.reason}")
+    _require()
     flags = jnp.asarray([int(transposed), int(amx)], jnp.int32)
     call = jax.ffi.ffi_call(
         "gradax_newton_schulz", jax.ShapeDtypeStruct(x.shape, jnp.float32), vmap_method="expand_dims"
     )
     return call(jnp.asarray(x, jnp.float32), jnp.asarray(coeffs, jnp.float32), flags)
-
-
-_avx512: bool | None = None
-
-
-def avx512_available() -> bool:
-    """Whether the kernels are built and this CPU has AVX-512 (with the OS saving its state; asked once)."""
-    global _avx512
-    if _avx512 is None:
-        status = load()
-        _avx512 = status.available and bool(ctypes.cdll.LoadLibrary(status.path).gradax_avx512_available())
-    return _avx512
 
 
 def inverse_pth_root(matrix: jax.Array, v0: jax.Array, params: jax.Array, avx512: bool) -> tuple[jax.Array, jax.Array]:
@@ -506,9 +506,7 @@ def inverse_pth_root(matrix: jax.Array, v0: jax.Array, params: jax.Array, avx512
     roundings, for tests). Returns ``(roots, errors)``.
 
     Batched by ``vmap`` (the kernel takes a batch of matrices); no derivative of its own."""
-    status = load()
-    if not status.available:
-        raise RuntimeError(f"gradax's CPU kernels are not available: {status.reason}")
+    _require()
     matrix = jnp.asarray(matrix, jnp.float32)
     call = jax.ffi.ffi_call(
         "gradax_inverse_pth_root",

@@ -32,7 +32,7 @@ class SOAPState(NamedTuple):
     """
 
     count: jax.Array  # shape=(), int32: the number of updates so far
-    mu: Any  # like params: the first moment, in the parameters' own basis
+    mu: Any  # like params: the first moment, in the eigenbasis (like nu)
     nu: Any  # like params: the second moment, in the eigenbasis
     stats: Any  # per leaf, a tuple: the factor statistics L = E[G G^T] of each axis (or None)
     bases: Any  # per leaf, a tuple: the eigenbasis Q of each axis's statistics (or None)
@@ -330,15 +330,18 @@ def scale_by_soap(
     (from the previous step):
 
     .. math::
-        G'_t &= Q_L^\top G_t Q_R, \quad M_t = \beta_1 M_{t-1} + (1 - \beta_1) G_t, \quad
+        G'_t &= Q_L^\top G_t Q_R, \quad M_t = \beta_1 M_{t-1} + (1 - \beta_1) G'_t, \quad
             V_t = \beta_2 V_{t-1} + (1 - \beta_2) G'^2_t, \\
         u_t &= \frac{\sqrt{1 - \beta_2^t}}{1 - \beta_1^t}\,
-            Q_L \frac{Q_L^\top M_t Q_R}{\sqrt{V_t} + \epsilon} Q_R^\top, \\
+            Q_L \frac{M_t}{\sqrt{V_t} + \epsilon} Q_R^\top, \\
         L_t &= \beta_s L_{t-1} + (1 - \beta_s) G_t G_t^\top, \quad
             R_t = \beta_s R_{t-1} + (1 - \beta_s) G_t^\top G_t,
 
     and every ``precondition_frequency`` steps :math:`Q \leftarrow \mathrm{qr}(L Q)` (Gram-Schmidt taking the
-    columns by decreasing :math:`\mathrm{diag}(Q^\top L Q)`; each column keeps its entry of :math:`V`). The first call only builds the statistics and their
+    columns by decreasing :math:`\mathrm{diag}(Q^\top L Q)`; each column keeps its entry of :math:`V`, and the
+    first moment is carried to the new basis, :math:`M \leftarrow Q_{L,\mathrm{new}}^\top Q_L M Q_R^\top
+    Q_{R,\mathrm{new}}`: the paper's momentum of the gradients, kept in the eigenbasis so that a step rotates one
+    tensor there and one back, not two there). The first call only builds the statistics and their
     exact eigenbases (``eigh``) and returns a zero update, so a gradient is never projected on a basis built from
     itself; :math:`t` counts the steps after it. A tensor gets one factor per axis; an axis longer than
     ``max_precond_dim`` gets none (identity), so a 50,000-row embedding is preconditioned on its other side only.
@@ -433,11 +436,11 @@ def scale_by_soap(
         branch = jnp.where(first, 1, jnp.where(count % precondition_frequency == 0, 2, 0))
 
         def one(g, mu, nu, stats, bases):
-            """One tensor of the batch: the update, the new moments, statistics and bases."""
-            mu_new = beta1 * mu + (1 - beta1) * g
-            nu_new = beta2 * nu + (1 - beta2) * jnp.square(mode_product(g, bases))
-            rotated = mode_product(mu_new, bases) / (jnp.sqrt(nu_new) + epsilon)
-            u = step_size * mode_product(rotated, bases, transpose=True)
+            """One tensor of the batch: the update, the new moments (both in the eigenbasis) and statistics."""
+            rotated = mode_product(g, bases)
+            mu_new = beta1 * mu + (1 - beta1) * rotated
+            nu_new = beta2 * nu + (1 - beta2) * jnp.square(rotated)
+            u = step_size * mode_product(mu_new / (jnp.sqrt(nu_new) + epsilon), bases, transpose=True)
             u = jnp.where(first, jnp.zeros_like(u), u)
             mu_new, nu_new = jnp.where(first, mu, mu_new), jnp.where(first, nu, nu_new)
             stats = tuple(
@@ -456,9 +459,19 @@ def scale_by_soap(
                 return tuple(None if s is None else s.astype(cd).reshape(lay.size, *s.shape[-2:]) for s in t)
 
             u, m, v, s = jax.vmap(one)(blocks(g), blocks(mu), blocks(nu), mats(stats), mats(bases))
-            # the second moment comes out of rotations (matmuls): keep it laid out on devices like the gradient
+            # the moments come out of rotations (matmuls): keep them laid out on devices like the gradient
+            m, _ = shard_alike(lay.from_blocks(m).astype(mu.dtype), g)
             v, _ = shard_alike(lay.from_blocks(v).astype(nu.dtype), g)
-            return lay.from_blocks(u).astype(g.dtype), lay.from_blocks(m).astype(mu.dtype), v, s, mats(bases)
+            return lay.from_blocks(u).astype(g.dtype), m, v, s, mats(bases)
+
+        def rebase(m, g, old, new, dims):
+            """The first moment of one leaf carried from the bases ``old`` to ``new`` (``Q_new^T Q_old M`` per
+            axis): kept in the eigenbasis, it is rotated twice at a refresh instead of once at every step."""
+            lay, _ = view(g.shape, dims)
+            new = tuple(o if n is None else n for o, n in zip(old, new))
+            x = lay.to_blocks(m.astype(compute_dtype(m.dtype)))
+            x = jax.vmap(lambda x, o, n: mode_product(mode_product(x, o, transpose=True), n))(x, old, new)
+            return shard_alike(lay.from_blocks(x).astype(m.dtype), g)[0]
 
         flat, treedef = jax.tree.flatten(updates)
         dims = treedef.flatten_up_to(leaf_dims(weight_dimension_numbers, updates))
@@ -470,6 +483,18 @@ def scale_by_soap(
         if where:
             refreshed = _refresh(branch, [outs[i][3][j] for i, j in where], [outs[i][4][j] for i, j in where])
             found = dict(zip(where, refreshed))
+            moved = sorted({i for i, _ in where})
+
+            def rebase_all(ms):
+                return [
+                    rebase(m, flat[i], outs[i][4], tuple(found.get((i, j)) for j in range(len(outs[i][4]))), dims[i])
+                    for m, i in zip(ms, moved)
+                ]
+
+            rebased = jax.lax.cond(branch != 0, rebase_all, lambda ms: ms, [outs[i][1] for i in moved])
+            outs = [
+                (o[0], rebased[moved.index(i)], *o[2:]) if i in moved else o for i, o in enumerate(outs)
+            ]
         else:
             found = {}
 

@@ -14,6 +14,9 @@ Full run (the lead's quiet machine; ~15 optimizers x compile + repeats, tens of 
     python -m benchmarks.beyond --out benchmarks/results_beyond.json --md benchmarks/results_beyond.md
 
 Smoke run (a tiny tree, one repeat): ``python -m benchmarks.beyond --quick``; one optimizer: ``--only soap``.
+
+heavyball's steps go through ``torch.compile``, whose C++ build GCC 12 (Debian 12's) stops on with an internal
+compiler error; ``CXX=clang++`` (with ``libomp-dev``) builds them.
 """
 
 from __future__ import annotations
@@ -248,6 +251,8 @@ def measure(spec: Spec, adamw: Any, params_np: dict, grads_np: dict, cfg: dict, 
             time_torch(tstep, spec.interval, sync)
         except Exception as err:  # reported, as above
             tstep, why = None, f"{type(err).__name__}: {str(err)[:200]}"
+            if "CppCompileError" in why:  # GCC 12 stops with an internal error on heavyball's compiled step
+                why = "torch.compile's C++ build failed; rerun with CXX=clang++ (and libomp-dev)"
     extra: dict[str, Any] = {}  # the fused step and the copy reference timed beside it
     if spec.fused is not None:
         fused = spec.fused

@@ -492,9 +492,7 @@ def scale_by_soap(
                 ]
 
             rebased = jax.lax.cond(branch != 0, rebase_all, lambda ms: ms, [outs[i][1] for i in moved])
-            outs = [
-                (o[0], rebased[moved.index(i)], *o[2:]) if i in moved else o for i, o in enumerate(outs)
-            ]
+            outs = [(o[0], rebased[moved.index(i)], *o[2:]) if i in moved else o for i, o in enumerate(outs)]
         else:
             found = {}
 

@@ -492,7 +492,8 @@ def scale_by_soap(
                 ]
 
             rebased = jax.lax.cond(branch != 0, rebase_all, lambda ms: ms, [outs[i][1] for i in moved])
-            outs = [(o[0], rebased[moved.index(i)], *o[2:]) if i in moved else o for i, o in enumerate(outs)]
+            mus = dict(zip(moved, rebased))
+            outs = [(o[0], mus[i], *o[2:]) if i in mus else o for i, o in enumerate(outs)]
         else:
             found = {}
 

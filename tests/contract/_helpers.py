@@ -67,7 +67,7 @@ def sds(tree):
 def signature(tree):
     """(treedef, [(shape, dtype)]) of a tree; works on arrays and ShapeDtypeStruct leaves."""
     leaves, treedef = jax.tree.flatten(tree)
-    return treedef, [(tuple(jnp.shape(x)), str(_dtype(x))) for x in leaves]
+    return treedef, [(tuple(np.shape(x)), str(_dtype(x))) for x in leaves]
 
 
 def _dtype(x):

@@ -1,7 +1,6 @@
 """Registry entries for clipping, adding and constraining (transforms/_clipping.py, _adding.py, _constraining.py)."""
 
 import jax
-import jax.numpy as jnp
 
 from . import Entry
 
@@ -19,7 +18,7 @@ ENTRIES = [
     ),
     Entry(
         "add_decayed_weights",
-        make=lambda ox: ox.add_decayed_weights(0.1, mask=lambda p: jax.tree.map(lambda x: jnp.ndim(x) > 1, p)),
+        make=lambda ox: ox.add_decayed_weights(0.1, mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p)),
         needs_params=True,
         inject=False,
     ),

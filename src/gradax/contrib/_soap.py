@@ -293,6 +293,12 @@ def _power_qr(stats: tuple, bases: tuple) -> tuple:
     return tuple(out)
 
 
+def _carry_moment(m: jax.Array, old: tuple, new: tuple) -> jax.Array:
+    """A first moment kept in the eigenbasis ``old`` (one factor or None per axis), carried to ``new``:
+    ``Q_new^T Q_old M`` along each axis. It is rotated twice at a refresh instead of once at every step."""
+    return mode_product(mode_product(m, old, transpose=True), new)
+
+
 def _refresh(branch: jax.Array, stats: list, bases: list) -> list:
     """The bases of ``stats`` (``(n, d, d)`` arrays): ``bases`` as they are (branch 0), the eigenbases (1) or one
     power-iteration step (2). Factors of one size and dtype are refreshed as one batch: one decomposition call per
@@ -459,25 +465,20 @@ def scale_by_soap(
                 return tuple(None if s is None else s.astype(cd).reshape(lay.size, *s.shape[-2:]) for s in t)
 
             u, m, v, s = jax.vmap(one)(blocks(g), blocks(mu), blocks(nu), mats(stats), mats(bases))
-            # the moments come out of rotations (matmuls): keep them laid out on devices like the gradient
-            m, _ = shard_alike(lay.from_blocks(m).astype(mu.dtype), g)
+            # the second moment comes out of rotations (matmuls): keep it laid out on devices like the gradient
             v, _ = shard_alike(lay.from_blocks(v).astype(nu.dtype), g)
-            return lay.from_blocks(u).astype(g.dtype), m, v, s, mats(bases)
 
-        def rebase(m, g, old, new, dims):
-            """The first moment of one leaf carried from the bases ``old`` to ``new`` (``Q_new^T Q_old M`` per
-            axis): kept in the eigenbasis, it is rotated twice at a refresh instead of once at every step."""
-            lay, _ = view(g.shape, dims)
-            new = tuple(o if n is None else n for o, n in zip(old, new))
-            x = lay.to_blocks(m.astype(compute_dtype(m.dtype)))
-            x = jax.vmap(lambda x, o, n: mode_product(mode_product(x, o, transpose=True), n))(x, old, new)
-            return shard_alike(lay.from_blocks(x).astype(m.dtype), g)[0]
+            def finish(m):  # the first moment too, once a refresh has carried it (it stays in blocks until then)
+                return shard_alike(lay.from_blocks(m).astype(mu.dtype), g)[0]
+
+            return lay.from_blocks(u).astype(g.dtype), m, v, s, mats(bases), finish
 
         flat, treedef = jax.tree.flatten(updates)
         dims = treedef.flatten_up_to(leaf_dims(weight_dimension_numbers, updates))
         old_stats, old_bases = treedef.flatten_up_to(state.stats), treedef.flatten_up_to(state.bases)
         parts = (treedef.flatten_up_to(t) for t in (state.mu, state.nu))
         outs = [leaf(*args) for args in zip(flat, *parts, old_stats, old_bases, dims)]
+        mus = [o[1] for o in outs]
         # every factor of the tree, refreshed in one switch (outside the vmaps over blocks)
         where = [(i, j) for i, o in enumerate(outs) for j, x in enumerate(o[3]) if x is not None]
         if where:
@@ -485,24 +486,24 @@ def scale_by_soap(
             found = dict(zip(where, refreshed))
             moved = sorted({i for i, _ in where})
 
-            def rebase_all(ms):
-                return [
-                    rebase(m, flat[i], outs[i][4], tuple(found.get((i, j)) for j in range(len(outs[i][4]))), dims[i])
-                    for m, i in zip(ms, moved)
-                ]
+            def carry(ms):  # each block's first moment to its new bases (None where an axis has no factor)
+                new = [tuple(found.get((i, j)) for j in range(len(outs[i][4]))) for i in moved]
+                return [jax.vmap(_carry_moment)(m, outs[i][4], n) for m, i, n in zip(ms, moved, new)]
 
-            rebased = jax.lax.cond(branch != 0, rebase_all, lambda ms: ms, [outs[i][1] for i in moved])
-            mus = dict(zip(moved, rebased))
-            outs = [(o[0], mus[i], *o[2:]) if i in mus else o for i, o in enumerate(outs)]
+            carried = jax.lax.cond(branch != 0, carry, lambda ms: ms, [mus[i] for i in moved])
+            for i, m in zip(moved, carried):
+                mus[i] = m
         else:
             found = {}
+        mus = [o[5](m) for o, m in zip(outs, mus)]
 
         def back(x, like):
             return None if x is None else x.reshape(like.shape).astype(like.dtype)
 
         stats = [tuple(back(x, y) for x, y in zip(o[3], like)) for o, like in zip(outs, old_stats)]
         bases = [tuple(back(found.get((i, j)), y) for j, y in enumerate(like)) for i, like in enumerate(old_bases)]
-        new_u, mu, nu = (treedef.unflatten([o[k] for o in outs]) for k in range(3))
+        new_u, nu = (treedef.unflatten([o[k] for o in outs]) for k in (0, 2))
+        mu = treedef.unflatten(mus)
         return new_u, SOAPState(safe_int32_increment(count), mu, nu, treedef.unflatten(stats), treedef.unflatten(bases))
 
     return GradientTransformation(init, update)

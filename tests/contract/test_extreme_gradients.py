@@ -74,14 +74,17 @@ OVERFLOW_NAN = {
     "contrib.simplified_ademamix": "mu / sqrt(nu) with both overflowed: inf/inf = NaN updates",
     "contrib.scale_by_simplified_ademamix": "mu / sqrt(nu) with both overflowed: inf/inf = NaN updates",
     "contrib.scale_by_shampoo": "the 1e60 statistics overflow: the preconditioner (state) is NaN, updates finite",
+    "contrib.scale_by_soap": "the 1e60 statistics overflow: the eigenbases (state) are NaN, updates finite",
+    "contrib.soap": "the 1e60 statistics overflow: the eigenbases (state) are NaN, updates finite",
+    "contrib.soap-2": "the 1e60 statistics overflow: the eigenbases (state) are NaN, updates finite",
 }
 TINY_NOT_FINITE = {
     "contrib.dadapt_adamw": "zero gradients: the D-Adaptation estimate is 0/0 = NaN in the state (updates finite; "
     "as Optax 0.2.8), so later steps are NaN",
 }
 _SIGN = "the sign of inf is 1: updates finite"
-_SOAP = "the first step only gathers the statistics and returns zero updates (the bases are built at the next "
-_SOAP += "update, by an eigendecomposition that falls back to the identity on a non-finite statistic)"
+_SOAP = "the first step only builds the eigenbases and returns zero updates; the eigendecomposition of a non-finite "
+_SOAP += "statistic falls back to the identity"
 CONTAINS_INF = {
     "clip": "clipped to max_delta",
     "rprop": _SIGN,

@@ -35,7 +35,7 @@ class SOAPState(NamedTuple):
     mu: Any  # like params: the first moment, in the eigenbasis (like nu)
     nu: Any  # like params: the second moment, in the eigenbasis
     stats: Any  # per leaf, a tuple: the factor statistics L = E[G G^T] of each axis (or None)
-    bases: Any  # per leaf, a tuple: the eigenbasis Q of each axis's statistics (or None), refreshed by the next update
+    bases: Any  # per leaf, a tuple: the eigenbasis Q of each axis's statistics (or None)
 
 
 def _null_tolerance(scale: jax.Array, d: int, dtype) -> jax.Array:
@@ -300,54 +300,20 @@ def _carry_moment(m: jax.Array, old: tuple, new: tuple) -> jax.Array:
 
 
 def _refresh(branch: jax.Array, stats: list, bases: list) -> list:
-    """The bases of ``stats`` (``(n, d, d)`` arrays): the eigenbases (branch 1) or one power-iteration step from
-    ``bases`` (otherwise). Factors of one size and dtype are refreshed as one batch: one decomposition call per size
-    for the whole tree, whatever its number of leaves (compile time, and the rank repairs' conditions)."""
+    """The bases of ``stats`` (``(n, d, d)`` arrays): ``bases`` as they are (branch 0), the eigenbases (1) or one
+    power-iteration step (2). Factors of one size and dtype are refreshed as one batch: one decomposition call per
+    size for the whole tree, whatever its number of leaves (compile time, and the rank repairs' conditions)."""
     keys = [(s.shape[-1], s.dtype) for s in stats]
-    return jax.lax.cond(
-        branch == 1,
-        lambda ss, qs: by_groups(keys, lambda _, s: _eigenbasis(s), ss),
-        lambda ss, qs: by_groups(keys, lambda _, s, q: _power_qr((s,), (q,))[0], ss, qs),
+    return jax.lax.switch(
+        branch,
+        [
+            lambda ss, qs: list(qs),
+            lambda ss, qs: by_groups(keys, lambda _, s: _eigenbasis(s), ss),
+            lambda ss, qs: by_groups(keys, lambda _, s, q: _power_qr((s,), (q,))[0], ss, qs),
+        ],
         list(stats),
         list(bases),
     )
-
-
-def _refresh_in_place(branch: jax.Array, where: list, shaped: list, stats: list, bases: list, mus: list) -> tuple:
-    """Every factor of the tree refreshed (``branch`` 1 or 2, see :func:`_refresh`) and the first moments carried to
-    the new bases, or all as they are (``branch`` 0): per leaf, ``stats`` and ``bases`` are tuples of ``(blocks, d,
-    d)`` arrays (None for an axis without a factor; ``where`` lists the ``(leaf, axis)`` pairs that have one) and
-    ``mus`` the first moments in blocks.
-
-    A loop of zero or one trips, run before anything reads the bases: XLA updates a loop's state in place, where a
-    ``lax.cond`` passing the bases through (a step without refresh) wrote a copy of every basis at every step, and
-    a refresh after the step's rotations (which read the old bases) made a second one. The statistics go through the
-    loop too, marked as changed by it: otherwise XLA hoists the layout changes that the decompositions need out of
-    the loop, and runs them at every step."""
-    moved = sorted({i for i, _ in where})
-
-    def per_leaf(flat: list) -> list:
-        found = dict(zip(where, flat))
-        return [tuple(found.get((i, j)) for j in range(len(t))) for i, t in enumerate(bases)]
-
-    def body(carry):
-        b, ss, qs, ms = carry
-        s_leaf, q_leaf = ([f(t) for f, t in zip(shaped, per_leaf(x))] for x in (ss, qs))
-        new = _refresh(b, [s_leaf[i][j] for i, j in where], [q_leaf[i][j] for i, j in where])
-        new_q = per_leaf(new)
-        ms = [jax.vmap(_carry_moment)(m, q_leaf[i], new_q[i]) for m, i in zip(ms, moved)]
-        live = b != 0  # true on the loop's only trip: multiplying by it changes no value
-        back = [n.reshape(q.shape).astype(q.dtype) for n, q in zip(new, qs)]
-        return jnp.zeros_like(b), [s * live.astype(s.dtype) for s in ss], back, ms
-
-    start = (branch, [stats[i][j] for i, j in where], [bases[i][j] for i, j in where], [mus[i] for i in moved])
-    _, ss, qs, ms = jax.lax.while_loop(lambda carry: carry[0] != 0, body, start)
-    mus = list(mus)
-    for i, m in zip(moved, ms):
-        mus[i] = m
-    stats_out = dict(zip(where, ss))
-    stats = [tuple(stats_out.get((i, j)) for j in range(len(t))) for i, t in enumerate(stats)]
-    return stats, per_leaf(qs), mus
 
 
 def scale_by_soap(
@@ -381,12 +347,9 @@ def scale_by_soap(
     columns by decreasing :math:`\mathrm{diag}(Q^\top L Q)`; each column keeps its entry of :math:`V`, and the
     first moment is carried to the new basis, :math:`M \leftarrow Q_{L,\mathrm{new}}^\top Q_L M Q_R^\top
     Q_{R,\mathrm{new}}`: the paper's momentum of the gradients, kept in the eigenbasis so that a step rotates one
-    tensor there and one back, not two there). The first call only gathers the statistics and returns a zero
-    update; their exact eigenbases (``eigh``) are built at the start of the second, so a gradient is never
-    projected on a basis built from itself; :math:`t` counts the steps after the first. Every refresh runs at the
-    start of the update after the one that calls for it, before that update reads the bases: the same updates as a
-    refresh at the end of the step, with the bases and first moments updated in place (no copy of them at every
-    step); after a step that calls for a refresh, ``SOAPState.bases`` are still the ones that step used. A tensor gets one factor per axis; an axis longer than
+    tensor there and one back, not two there). The first call only builds the statistics and their
+    exact eigenbases (``eigh``) and returns a zero update, so a gradient is never projected on a basis built from
+    itself; :math:`t` counts the steps after it. A tensor gets one factor per axis; an axis longer than
     ``max_precond_dim`` gets none (identity), so a 50,000-row embedding is preconditioned on its other side only.
 
     Shapes: a leaf with :class:`MuonDimensionNumbers` is a batch of ``(fan_in, fan_out)`` matrices, each with its
@@ -419,10 +382,10 @@ def scale_by_soap(
       >>> tx = gradax.contrib.scale_by_soap()
       >>> g = jnp.array([[1.0, 2.0], [3.0, 4.0]])
       >>> s = tx.init(g)
-      >>> u, s = tx.update(g, s)  # the first call only gathers the statistics
+      >>> u, s = tx.update(g, s)  # the first call only builds the eigenbases
       >>> float(jnp.abs(u).max())
       0.0
-      >>> u, s = tx.update(g, s)  # then their eigenbases, and Adam in them: a first step of sign-like size
+      >>> u, s = tx.update(g, s)  # then Adam in that basis: a first step of sign-like size
       >>> np.shape(u), bool(jnp.all(jnp.isfinite(u)))
       ((2, 2), True)
 
@@ -476,10 +439,7 @@ def scale_by_soap(
         k = jnp.maximum(count, 1).astype(beta1.dtype)
         step_size = jnp.sqrt(1 - beta2**k) / (1 - beta1**k)
         first = count == 0
-        # the refresh that the previous update called for, run before this one's rotations: the eigenbases after the
-        # first update, a power-iteration step after every precondition_frequency-th
-        since = count - 1
-        branch = jnp.where(count == 1, 1, jnp.where((count > 1) & (since % precondition_frequency == 0), 2, 0))
+        branch = jnp.where(first, 1, jnp.where(count % precondition_frequency == 0, 2, 0))
 
         def one(g, mu, nu, stats, bases):
             """One tensor of the batch: the update, the new moments (both in the eigenbasis) and statistics."""
@@ -494,44 +454,57 @@ def scale_by_soap(
             )
             return u, mu_new, nu_new, stats
 
+        def leaf(g, mu, nu, stats, bases, dims):
+            lay, _ = view(g.shape, dims)
+            cd = compute_dtype(jnp.result_type(g, mu, nu))
+
+            def blocks(x):
+                return lay.to_blocks(x.astype(cd))
+
+            def mats(t):
+                return tuple(None if s is None else s.astype(cd).reshape(lay.size, *s.shape[-2:]) for s in t)
+
+            u, m, v, s = jax.vmap(one)(blocks(g), blocks(mu), blocks(nu), mats(stats), mats(bases))
+            # the second moment comes out of rotations (matmuls): keep it laid out on devices like the gradient
+            v, _ = shard_alike(lay.from_blocks(v).astype(nu.dtype), g)
+
+            def finish(m):  # the first moment too, once a refresh has carried it (it stays in blocks until then)
+                return shard_alike(lay.from_blocks(m).astype(mu.dtype), g)[0]
+
+            return lay.from_blocks(u).astype(g.dtype), m, v, s, mats(bases), finish
+
         flat, treedef = jax.tree.flatten(updates)
         dims = treedef.flatten_up_to(leaf_dims(weight_dimension_numbers, updates))
         old_stats, old_bases = treedef.flatten_up_to(state.stats), treedef.flatten_up_to(state.bases)
-        old_mu, old_nu = treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu)
-        lays = [view(g.shape, d)[0] for g, d in zip(flat, dims)]
-        cds = [compute_dtype(jnp.result_type(g, mu, nu)) for g, mu, nu in zip(flat, old_mu, old_nu)]
-
-        def mats(t, lay, cd):  # a leaf's factors as (blocks, d, d) arrays in the compute dtype (None: no factor)
-            return tuple(None if s is None else s.astype(cd).reshape(lay.size, *s.shape[-2:]) for s in t)
-
-        mus = [lay.to_blocks(m.astype(cd)) for m, lay, cd in zip(old_mu, lays, cds)]
-        stats, bases = old_stats, old_bases
-        where = [(i, j) for i, t in enumerate(stats) for j, x in enumerate(t) if x is not None]
+        parts = (treedef.flatten_up_to(t) for t in (state.mu, state.nu))
+        outs = [leaf(*args) for args in zip(flat, *parts, old_stats, old_bases, dims)]
+        mus = [o[1] for o in outs]
+        # every factor of the tree, refreshed in one switch (outside the vmaps over blocks)
+        where = [(i, j) for i, o in enumerate(outs) for j, x in enumerate(o[3]) if x is not None]
         if where:
-            shaped = [functools.partial(mats, lay=lay, cd=cd) for lay, cd in zip(lays, cds)]
-            stats, bases, mus = _refresh_in_place(branch, where, shaped, stats, bases, mus)
-        stats = [mats(t, lay, cd) for t, lay, cd in zip(stats, lays, cds)]
-        bases = [mats(t, lay, cd) for t, lay, cd in zip(bases, lays, cds)]
-        new_u, new_mu, new_nu, new_stats = [], [], [], []
-        for g, mu, nu, s, q, lay, cd, like_mu, like_s in zip(
-            flat, mus, old_nu, stats, bases, lays, cds, old_mu, old_stats
-        ):
-            u, m, v, s = jax.vmap(one)(lay.to_blocks(g.astype(cd)), mu, lay.to_blocks(nu.astype(cd)), s, q)
-            new_u.append(lay.from_blocks(u).astype(g.dtype))
-            # the moments come out of rotations (matmuls): keep them laid out on devices like the gradient
-            new_mu.append(shard_alike(lay.from_blocks(m).astype(like_mu.dtype), g)[0])
-            new_nu.append(shard_alike(lay.from_blocks(v).astype(nu.dtype), g)[0])
-            new_stats.append(
-                tuple(None if x is None else x.reshape(y.shape).astype(y.dtype) for x, y in zip(s, like_s))
-            )
-        new_bases = [
-            tuple(None if x is None else x.reshape(y.shape).astype(y.dtype) for x, y in zip(q, like))
-            for q, like in zip(bases, old_bases)
-        ]
-        unflat = treedef.unflatten
-        return unflat(new_u), SOAPState(
-            safe_int32_increment(count), unflat(new_mu), unflat(new_nu), unflat(new_stats), unflat(new_bases)
-        )
+            refreshed = _refresh(branch, [outs[i][3][j] for i, j in where], [outs[i][4][j] for i, j in where])
+            found = dict(zip(where, refreshed))
+            moved = sorted({i for i, _ in where})
+
+            def carry(ms):  # each block's first moment to its new bases (None where an axis has no factor)
+                new = [tuple(found.get((i, j)) for j in range(len(outs[i][4]))) for i in moved]
+                return [jax.vmap(_carry_moment)(m, outs[i][4], n) for m, i, n in zip(ms, moved, new)]
+
+            carried = jax.lax.cond(branch != 0, carry, lambda ms: ms, [mus[i] for i in moved])
+            for i, m in zip(moved, carried):
+                mus[i] = m
+        else:
+            found = {}
+        mus = [o[5](m) for o, m in zip(outs, mus)]
+
+        def back(x, like):
+            return None if x is None else x.reshape(like.shape).astype(like.dtype)
+
+        stats = [tuple(back(x, y) for x, y in zip(o[3], like)) for o, like in zip(outs, old_stats)]
+        bases = [tuple(back(found.get((i, j)), y) for j, y in enumerate(like)) for i, like in enumerate(old_bases)]
+        new_u, nu = (treedef.unflatten([o[k] for o in outs]) for k in (0, 2))
+        mu = treedef.unflatten(mus)
+        return new_u, SOAPState(safe_int32_increment(count), mu, nu, treedef.unflatten(stats), treedef.unflatten(bases))
 
     return GradientTransformation(init, update)
 

@@ -138,15 +138,63 @@ def _householder_q(h: jax.Array, tau: jax.Array, panel: int) -> jax.Array:
     return q
 
 
-def _qr(a: jax.Array, panel: int | None = None, blocked_from: int | None = None) -> tuple[jax.Array, jax.Array]:
+# from this size on, the QR itself (LAPACK's geqrf) runs on panels of 512 columns, the rest of the matrix updated
+# by matrix products (see _geqrf_by_panels)
+_PANELS_FROM = 4096
+_QR_PANEL = 512
+
+
+def _geqrf_by_panels(a: jax.Array, panel: int) -> tuple[jax.Array, jax.Array]:
+    """LAPACK's ``geqrf`` of one square matrix, ``(h, tau)`` (``R`` on and above the diagonal of ``h``, the
+    Householder vectors below it, as :func:`_householder_q` takes them), computed ``panel`` columns at a time:
+    LAPACK factors each panel, and the columns right of it are updated by the panel's reflectors as
+    ``I - V T V^T`` (compact WY, as in :func:`_householder_q`) in two matrix products.
+
+    LAPACK's blocked ``geqrf`` updates the rest of the matrix 32 reflectors at a time, products too thin to run at
+    the speed of a matrix product. The matrix is held transposed (rows are its columns), which is the memory
+    order LAPACK reads and writes a panel in, so that a panel goes to LAPACK and back without a transpose. The same
+    factors to rounding (each panel is LAPACK's own)."""
+    n = a.shape[-1]
+    dt = a.dtype
+    at = a.T
+    taus = []
+    for k in range(0, n, panel):
+        kb = min(panel, n - k)
+        h, tau = jnp.linalg.qr(at[k : k + kb, k:].T, mode="raw")  # h as LAPACK leaves it: (kb, n - k), Fortran order
+        at = at.at[k : k + kb, k:].set(h)
+        taus.append(tau)
+        if k + kb == n:
+            break
+        live = tau != 0  # a reflector with tau = 0 is the identity: its row is dropped from V^T
+        vt = (jnp.triu(h, 1) + jnp.eye(kb, n - k, dtype=dt)) * live[:, None]
+        tinv = jnp.triu(jnp.matmul(vt, vt.T, precision=_HIGHEST), 1) + jnp.diag(1 / jnp.where(live, tau, 1))
+        t = jax.lax.linalg.triangular_solve(tinv, jnp.eye(kb, dtype=dt), left_side=True, lower=False)
+        rest = at[k + kb :, k:]  # the columns right of the panel, as rows: rest <- rest (I - V T V^T)
+        w = jnp.matmul(jnp.matmul(rest, vt.T, precision=_HIGHEST), t, precision=_HIGHEST)
+        at = at.at[k + kb :, k:].set(rest - jnp.matmul(w, vt, precision=_HIGHEST))
+    return at.T, jnp.concatenate(taus)
+
+
+def _qr(
+    a: jax.Array,
+    panel: int | None = None,
+    blocked_from: int | None = None,
+    qr_panel: int | None = None,
+    panels_from: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """``Q`` and ``|diag(R)|`` of one square matrix ``a = Q R`` (Householder, LAPACK's signs); ``Q`` by
-    :func:`_householder_q` from ``blocked_from`` rows on (default ``_BLOCKED_Q_FROM``), else LAPACK's own."""
+    :func:`_householder_q` from ``blocked_from`` rows on (default ``_BLOCKED_Q_FROM``), else LAPACK's own; the
+    factorization by :func:`_geqrf_by_panels` (``qr_panel`` columns at a time, default ``_QR_PANEL``) from
+    ``panels_from`` rows on (default ``_PANELS_FROM``)."""
     panel = max(_PANEL, -(-a.shape[-1] // _MAX_PANELS)) if panel is None else panel
     if a.shape[-1] < (_BLOCKED_Q_FROM if blocked_from is None else blocked_from):
         qq, r = jnp.linalg.qr(a)
         return qq, jnp.abs(jnp.diagonal(r))
-    h, tau = jnp.linalg.qr(a, mode="raw")
-    h = h.T  # NumPy's raw mode: Fortran order
+    if a.shape[-1] >= (_PANELS_FROM if panels_from is None else panels_from):
+        h, tau = _geqrf_by_panels(a, _QR_PANEL if qr_panel is None else qr_panel)
+    else:
+        h, tau = jnp.linalg.qr(a, mode="raw")
+        h = h.T  # NumPy's raw mode: Fortran order
     return _householder_q(h, tau, panel), jnp.abs(jnp.diagonal(h))
 
 

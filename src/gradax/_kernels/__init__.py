@@ -483,15 +483,39 @@ def avx512_available() -> bool:
     return _library_says("gradax_avx512_available")
 
 
-def newton_schulz(x: jax.Array, coeffs: jax.Array, transposed: bool, amx: bool) -> jax.Array:
+def avx512_bf16_available() -> bool:
+    """Whether the kernels are built and this CPU has AVX-512 BF16's dot products (VDPBF16PS, with AVX-512 F, BW
+    and VL; the OS saving the AVX-512 state; asked once): AMD Zen 4 and later, Intel Cooper Lake and later."""
+    return _library_says("gradax_avx512_bf16_available")
+
+
+# the kernel's flag for each way of running the bfloat16 products of newton_schulz
+BF16_PRODUCTS = {"portable": 0, "amx": 1, "avx512_bf16": 2}
+
+
+def bf16_products() -> str | None:
+    """The fastest way this CPU runs :func:`newton_schulz`'s products: ``"amx"`` (Intel AMX tiles),
+    ``"avx512_bf16"`` (AVX-512 BF16 dot products), or None where it has neither (or the kernels are not built)."""
+    if amx_available():
+        return "amx"
+    if avx512_bf16_available():
+        return "avx512_bf16"
+    return None
+
+
+def newton_schulz(x: jax.Array, coeffs: jax.Array, transposed: bool, products: str) -> jax.Array:
     """Muon's quintic Newton-Schulz iteration with bfloat16 products accumulated in float32, a matrix at a time in the
     cache (``fused_newton_schulz.c``): ``x`` float32[..., r, c], iterated on ``x^T`` when ``transposed``;
-    ``coeffs`` float32[steps, 3], a row ``(a, b, c)`` per step. ``amx`` runs the products on AMX tiles (see
-    :func:`amx_available`), otherwise in plain C (slow: the same packing and order of work, for tests).
+    ``coeffs`` float32[steps, 3], a row ``(a, b, c)`` per step. ``products`` (a key of :data:`BF16_PRODUCTS`)
+    runs the products on AMX tiles (``"amx"``, see :func:`amx_available`), with AVX-512 BF16 (``"avx512_bf16"``,
+    see :func:`avx512_bf16_available`), or in plain C (``"portable"``: slow, the same packing and order of work,
+    for tests).
 
     Batched by ``vmap`` (the kernel takes a batch of matrices); no derivative of its own."""
     _require()
-    flags = jnp.asarray([int(transposed), int(amx)], jnp.int32)
+    if products not in BF16_PRODUCTS:
+        raise ValueError(f"products must be one of {sorted(BF16_PRODUCTS)}, got {products!r}")
+    flags = jnp.asarray([int(transposed), BF16_PRODUCTS[products]], jnp.int32)
     call = jax.ffi.ffi_call(
         "gradax_newton_schulz", jax.ShapeDtypeStruct(x.shape, jnp.float32), vmap_method="expand_dims"
     )

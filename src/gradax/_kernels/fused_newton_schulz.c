@@ -1,5 +1,6 @@
 /* gradax_newton_schulz: Muon's quintic Newton-Schulz iteration with bfloat16 matrix products, one matrix at a time
- * in the cache, on Intel AMX (the tile instructions of Sapphire Rapids and later).
+ * in the cache, on Intel AMX (the tile instructions of Sapphire Rapids and later) or with AVX-512 BF16's dot
+ * products (VDPBF16PS: AMD Zen 4 and later, Intel Cooper Lake and later).
  *
  * Each step of the iteration, for X of m x n (m <= n is the cheap orientation; the caller says whether to iterate
  * on the transpose of the stored matrix):
@@ -10,8 +11,8 @@
  *
  * Operands: args[0] x float32[..., r, c] (a batch of matrices), args[1] coefficients float32[..., S, 3] (one row
  * per step; the leading size is 1 or the batch's), args[2] int32[..., 2] flags: [0] iterate on x^T (a tall
- * matrix), [1] 1: the AMX products, 0: the portable products (the same packing and order of work in plain C, for
- * tests on any CPU). Result: float32[..., r, c], the iterate after S steps.
+ * matrix), [1] the products: 1 AMX tiles, 2 AVX-512 BF16, 0 portable (the same packing and order of work in plain
+ * C, for tests on any CPU). Result: float32[..., r, c], the iterate after S steps.
  *
  * The products work on a copy of X padded with zeros to multiples of 32 in both dimensions (zero rows and columns
  * stay zero through every step). The tile shapes: C blocks of 32 x 32 floats (4 tiles), P rows of 32 bfloat16,
@@ -29,6 +30,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #else
 #define GRADAX_AMX 0
 #endif
@@ -71,6 +73,38 @@ int gradax_amx_available(void) {
     int k = atomic_load_explicit(&known, memory_order_acquire);
     if (k == 0) {
         k = amx_check() ? 1 : -1;
+        atomic_store_explicit(&known, k, memory_order_release);
+    }
+    return k == 1;
+#else
+    return 0;
+#endif
+}
+
+/* Whether this process may use AVX-512 BF16's dot products and the AVX-512 the packings use (F, BW, VL), with the
+ * OS saving the AVX-512 state. Asked once. */
+
+#if GRADAX_AMX
+static int avx512_bf16_check(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    unsigned avx512 = (1u << 16) | (1u << 30) | (1u << 31); /* AVX512F, AVX512BW, AVX512VL */
+    if ((b & avx512) != avx512) return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return 0; /* AVX512_BF16 */
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    uint32_t states = (3u << 1) | (7u << 5); /* SSE, AVX; opmask, ZMM */
+    return (lo & states) == states;
+}
+#endif
+
+int gradax_avx512_bf16_available(void) {
+#if GRADAX_AMX
+    static atomic_int known = 0; /* 0: not asked yet, 1: yes, -1: no */
+    int k = atomic_load_explicit(&known, memory_order_acquire);
+    if (k == 0) {
+        k = avx512_bf16_check() ? 1 : -1;
         atomic_store_explicit(&known, k, memory_order_release);
     }
     return k == 1;
@@ -132,6 +166,40 @@ AMX_TARGET static void block_amx(const uint16_t* P, int64_t ldp, const uint16_t*
     _tile_stored(1, c0 + 16, ldc * 4);
     _tile_stored(2, c1, ldc * 4);
     _tile_stored(3, c1 + 16, ldc * 4);
+}
+
+/* The same block with AVX-512 BF16: 8 rows of C at a time in 16 registers (two of 16 columns each); for each pair
+ * of K rows, one load per 16 columns of Q (its VNNI layout is what VDPBF16PS reads) and the row's pair of P
+ * broadcast, each register adding P[i][2p] Q[2p][j] + P[i][2p+1] Q[2p+1][j]. */
+BF16_TARGET static void block_bf16(const uint16_t* P, int64_t ldp, const uint16_t* Q, int64_t K, int64_t k0,
+                                   int64_t k1, int64_t i0, int64_t j0, float* C, int64_t ldc, int add) {
+    const uint16_t* q0 = Q + (j0 / 16) * (K / 2) * 32;
+    const uint16_t* q1 = q0 + (K / 2) * 32;
+    for (int64_t g = 0; g < 32; g += 8) {
+        __m512 c[8][2];
+        for (int i = 0; i < 8; ++i) {
+            float* row = C + (g + i) * ldc;
+            c[i][0] = add ? _mm512_loadu_ps(row) : _mm512_setzero_ps();
+            c[i][1] = add ? _mm512_loadu_ps(row + 16) : _mm512_setzero_ps();
+        }
+        const uint16_t* p = P + (i0 + g) * ldp;
+        for (int64_t k = k0 / 2; k < k1 / 2; ++k) {
+            __m512bh b0 = (__m512bh)_mm512_loadu_si512(q0 + k * 32);
+            __m512bh b1 = (__m512bh)_mm512_loadu_si512(q1 + k * 32);
+            for (int i = 0; i < 8; ++i) {
+                int32_t pair;
+                memcpy(&pair, p + i * ldp + 2 * k, 4);
+                __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+                c[i][0] = _mm512_dpbf16_ps(c[i][0], a, b0);
+                c[i][1] = _mm512_dpbf16_ps(c[i][1], a, b1);
+            }
+        }
+        for (int i = 0; i < 8; ++i) {
+            float* row = C + (g + i) * ldc;
+            _mm512_storeu_ps(row, c[i][0]);
+            _mm512_storeu_ps(row + 16, c[i][1]);
+        }
+    }
 }
 #endif
 
@@ -227,15 +295,17 @@ static void update_portable(float* x, const float* bx, uint16_t* xb, float c0) {
 }
 
 #if GRADAX_AMX
-/* VCVTNE2PS2BF16 rounds to nearest even and keeps NaNs; it reads denormal inputs as zero (AMX's products do too). */
-AMX_TARGET static inline __m512i round32(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
+/* The packings, roundings and element-wise parts with AVX-512 (F, BW, VL, BF16), shared by the AMX and the AVX-512
+ * BF16 products. VCVTNE2PS2BF16 rounds to nearest even and keeps NaNs; it reads denormal inputs as zero (both
+ * products do too). */
+BF16_TARGET static inline __m512i round32(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
 
-AMX_TARGET static void round_amx(const float* in, uint16_t* out, int64_t n) {
+BF16_TARGET static void round_avx512(const float* in, uint16_t* out, int64_t n) {
     for (int64_t e = 0; e < n; e += 32)
         _mm512_storeu_si512(out + e, round32(_mm512_loadu_ps(in + e), _mm512_loadu_ps(in + e + 16)));
 }
 
-AMX_TARGET static void vnni_amx(const uint16_t* M, int64_t rows, int64_t cols, uint16_t* Q, int64_t p0,
+BF16_TARGET static void vnni_avx512(const uint16_t* M, int64_t rows, int64_t cols, uint16_t* Q, int64_t p0,
                                 int64_t p1) {
     for (int64_t nb = 0; nb < cols / 16; ++nb)
         for (int64_t p = p0; p < p1; ++p) {
@@ -247,7 +317,7 @@ AMX_TARGET static void vnni_amx(const uint16_t* M, int64_t rows, int64_t cols, u
 }
 
 /* the 16 x 16 transpose of 32-bit elements, in registers */
-AMX_TARGET static inline void transpose16(__m512i r[16]) {
+BF16_TARGET static inline void transpose16(__m512i r[16]) {
     __m512i t[16], u[16];
     for (int i = 0; i < 8; ++i) {
         t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -273,7 +343,7 @@ AMX_TARGET static inline void transpose16(__m512i r[16]) {
     }
 }
 
-AMX_TARGET static void transpose_amx(const float* src, int64_t rows, int64_t cols, int64_t lds, float* dst,
+BF16_TARGET static void transpose_avx512(const float* src, int64_t rows, int64_t cols, int64_t lds, float* dst,
                                      int64_t ldd) {
     __m512i r[16];
     int64_t full_rows = rows & ~(int64_t)15, full_cols = cols & ~(int64_t)15;
@@ -288,7 +358,7 @@ AMX_TARGET static void transpose_amx(const float* src, int64_t rows, int64_t col
         transpose_portable(src + full_rows * lds, rows - full_rows, full_cols, lds, dst + full_rows, ldd);
 }
 
-AMX_TARGET static void vnni_t_amx(const uint16_t* M, int64_t rows, int64_t cols, uint16_t* Q, int64_t nb0,
+BF16_TARGET static void vnni_t_avx512(const uint16_t* M, int64_t rows, int64_t cols, uint16_t* Q, int64_t nb0,
                                   int64_t nb1) {
     (void)rows;
     const uint32_t* m = (const uint32_t*)M;
@@ -303,7 +373,7 @@ AMX_TARGET static void vnni_t_amx(const uint16_t* M, int64_t rows, int64_t cols,
         }
 }
 
-AMX_TARGET static void combine_amx(const float* a, float* aa, uint16_t* bb, float c1, float c2, int64_t n) {
+BF16_TARGET static void combine_avx512(const float* a, float* aa, uint16_t* bb, float c1, float c2, int64_t n) {
     __m512 v1 = _mm512_set1_ps(c1), v2 = _mm512_set1_ps(c2);
     for (int64_t e = 0; e < n; e += 32) {
         __m512 lo = _mm512_add_ps(_mm512_mul_ps(v1, _mm512_loadu_ps(a + e)), _mm512_mul_ps(v2, _mm512_loadu_ps(aa + e)));
@@ -315,7 +385,7 @@ AMX_TARGET static void combine_amx(const float* a, float* aa, uint16_t* bb, floa
     }
 }
 
-AMX_TARGET static void update_amx(float* x, const float* bx, uint16_t* xb, float c0) {
+BF16_TARGET static void update_avx512(float* x, const float* bx, uint16_t* xb, float c0) {
     __m512 v0 = _mm512_set1_ps(c0);
     __m512 lo = _mm512_add_ps(_mm512_mul_ps(v0, _mm512_loadu_ps(x)), _mm512_loadu_ps(bx));
     __m512 hi = _mm512_add_ps(_mm512_mul_ps(v0, _mm512_loadu_ps(x + 16)), _mm512_loadu_ps(bx + 16));
@@ -324,6 +394,8 @@ AMX_TARGET static void update_amx(float* x, const float* bx, uint16_t* xb, float
     _mm512_storeu_si512(xb, round32(lo, hi));
 }
 #endif
+
+enum { PORTABLE_PRODUCTS = 0, AMX_PRODUCTS = 1, AVX512_BF16_PRODUCTS = 2 }; /* flags[1] */
 
 typedef struct {
     BlockFn block;
@@ -338,7 +410,10 @@ typedef struct {
 static const Ops PORTABLE = {block_portable, round_portable, vnni_portable, vnni_t_portable, combine_portable,
                              update_portable, transpose_portable};
 #if GRADAX_AMX
-static const Ops AMX = {block_amx, round_amx, vnni_amx, vnni_t_amx, combine_amx, update_amx, transpose_amx};
+static const Ops AMX = {block_amx,         round_avx512,  vnni_avx512,     vnni_t_avx512,
+                        combine_avx512, update_avx512, transpose_avx512};
+static const Ops AVX512_BF16 = {block_bf16,          round_avx512,  vnni_avx512,     vnni_t_avx512,
+                                combine_avx512, update_avx512, transpose_avx512};
 #endif
 
 /* K rows at a time in the products with long K (X X^T of a wide X): the part of Q they read stays in the cache
@@ -424,7 +499,7 @@ static void phase(Work* w, const Ops* ops, int kind, float c0, int64_t s0, int64
 typedef struct {
     Work* w;
     const Ops* ops;
-    int kind, amx, parts;
+    int kind, tiles, parts; /* tiles: the products are AMX's (each thread loads its tile configuration) */
     float c0;
 } Phase;
 
@@ -435,17 +510,17 @@ static void phase_part(Job* job, int part, int64_t leaf, int64_t lo, int64_t hi)
     Phase* ph = (Phase*)job->data;
     int64_t n = strips(ph->w, ph->kind);
 #if GRADAX_AMX
-    if (ph->amx) load_tiles();
+    if (ph->tiles) load_tiles();
 #endif
     phase(ph->w, ph->ops, ph->kind, ph->c0, n * leaf / ph->parts, n * (leaf + 1) / ph->parts);
 #if GRADAX_AMX
-    if (ph->amx) release_tiles();
+    if (ph->tiles) release_tiles();
 #endif
 }
 
 /* Runs a phase, on `threads` threads where there are that many (0: on this thread alone); returns 0, or -1 when
  * out of memory. */
-static int run_phase(XLA_FFI_CallFrame* frame, Work* w, const Ops* ops, int amx, int kind, float c0, int threads) {
+static int run_phase(XLA_FFI_CallFrame* frame, Work* w, const Ops* ops, int tiles, int kind, float c0, int threads) {
     int64_t n = strips(w, kind);
     int parts = threads < n ? threads : (int)n;
     if (parts <= 1) {
@@ -454,7 +529,7 @@ static int run_phase(XLA_FFI_CallFrame* frame, Work* w, const Ops* ops, int amx,
     }
     Job* job = new_job(parts, sizeof(Phase));
     if (job == NULL) return -1;
-    *(Phase*)job->data = (Phase){w, ops, kind, amx, parts, c0};
+    *(Phase*)job->data = (Phase){w, ops, kind, tiles, parts, c0};
     for (int k = 0; k <= parts; ++k) job->offset[k] = 16 * k; /* a "leaf" of 16 elements per part */
     job->run = phase_part;
     job->parts = parts;
@@ -462,7 +537,7 @@ static int run_phase(XLA_FFI_CallFrame* frame, Work* w, const Ops* ops, int amx,
     run_job(frame, job);
     release(job);
 #if GRADAX_AMX
-    if (amx) load_tiles(); /* the caller ran a part, which released its tiles */
+    if (tiles) load_tiles(); /* the caller ran a part, which released its tiles */
 #endif
     return 0;
 }
@@ -470,7 +545,7 @@ static int run_phase(XLA_FFI_CallFrame* frame, Work* w, const Ops* ops, int amx,
 /* One matrix: in (r x c, row-major) -> out, iterating on in^T when transposed; the products and packings of each
  * step on `threads` threads of XLA's pool (0: all on this thread). Returns 0, or -1 when out of memory. */
 static int newton_schulz(XLA_FFI_CallFrame* frame, Work* w, const float* in, float* out, int64_t r, int64_t c,
-                         int transposed, const float* coeffs, int64_t steps, const Ops* ops, int amx, int threads) {
+                         int transposed, const float* coeffs, int64_t steps, const Ops* ops, int tiles, int threads) {
     int64_t m = transposed ? c : r, n = transposed ? r : c, mp = w->mp, np = w->np;
     float* x = w->x;
     if (transposed) {
@@ -486,15 +561,15 @@ static int newton_schulz(XLA_FFI_CallFrame* frame, Work* w, const float* in, flo
     ops->round(x, w->xb, mp * np);
     for (int64_t s = 0; s < steps; ++s) {
         const float c0 = coeffs[3 * s], c1 = coeffs[3 * s + 1], c2 = coeffs[3 * s + 2];
-        if (run_phase(frame, w, ops, amx, PACK, c0, threads)) return -1;
-        if (run_phase(frame, w, ops, amx, GRAM, c0, threads)) return -1; /* A = X X^T */
+        if (run_phase(frame, w, ops, tiles, PACK, c0, threads)) return -1;
+        if (run_phase(frame, w, ops, tiles, GRAM, c0, threads)) return -1; /* A = X X^T */
         mirror(w->a, mp, ops);
         ops->round(w->a, w->ab, mp * mp);
         ops->vnni(w->ab, mp, mp, w->av, 0, mp / 2);
         symmetric_rows(w->ab, w->av, mp, mp, w->aa, ops, 0, mp / 32); /* A A (A symmetric: its VNNI is A^T's) */
         mirror(w->aa, mp, ops);
         ops->combine(w->a, w->aa, w->bb, c1, c2, mp * mp); /* B = c1 A + c2 A A */
-        if (run_phase(frame, w, ops, amx, UPDATE, c0, threads)) return -1;
+        if (run_phase(frame, w, ops, tiles, UPDATE, c0, threads)) return -1;
     }
     if (transposed) {
         ops->transpose(x, c, r, np, out, c);
@@ -515,15 +590,16 @@ typedef struct {
     const float *in, *coeffs;
     float* out;
     int64_t r, c, steps, coeff_stride, mp, np;
-    int transposed, amx;
+    int transposed, products; /* PORTABLE_PRODUCTS, AMX_PRODUCTS or AVX512_BF16_PRODUCTS */
     atomic_int failed; /* a part that could not allocate its work space */
 } NewtonSchulz;
 
-static const Ops* ops_for(int amx) {
+static const Ops* ops_for(int products) {
 #if GRADAX_AMX
-    if (amx) return &AMX;
+    if (products == AMX_PRODUCTS) return &AMX;
+    if (products == AVX512_BF16_PRODUCTS) return &AVX512_BF16;
 #endif
-    (void)amx;
+    (void)products;
     return &PORTABLE;
 }
 
@@ -532,16 +608,17 @@ static const Ops* ops_for(int amx) {
 static int run_matrices(NewtonSchulz* ns, int64_t b0, int64_t b1, int threads) {
     Work w;
     if (!work_init(&w, ns->mp, ns->np)) return -1;
+    int tiles = ns->products == AMX_PRODUCTS;
 #if GRADAX_AMX
-    if (ns->amx) load_tiles();
+    if (tiles) load_tiles();
 #endif
     int64_t size = ns->r * ns->c;
     int failed = 0;
     for (int64_t b = b0; b < b1 && !failed; ++b)
         failed = newton_schulz(ns->frame, &w, ns->in + b * size, ns->out + b * size, ns->r, ns->c, ns->transposed,
-                               ns->coeffs + b * ns->coeff_stride, ns->steps, ops_for(ns->amx), ns->amx, threads);
+                               ns->coeffs + b * ns->coeff_stride, ns->steps, ops_for(ns->products), tiles, threads);
 #if GRADAX_AMX
-    if (ns->amx) release_tiles();
+    if (tiles) release_tiles();
 #endif
     trim_space();
     return failed;
@@ -579,9 +656,14 @@ XLA_FFI_Error* gradax_newton_schulz(XLA_FFI_CallFrame* frame) {
     if (coeff_batch != 1 && coeff_batch != batch)
         return make_error(frame, "gradax_newton_schulz: one row of coefficients per step, or one set per matrix");
     const int32_t* flags = (const int32_t*)fl->data;
-    int transposed = flags[0] != 0, amx = flags[1] != 0;
-    if (amx && !gradax_amx_available())
+    int transposed = flags[0] != 0, products = flags[1];
+    if (products != PORTABLE_PRODUCTS && products != AMX_PRODUCTS && products != AVX512_BF16_PRODUCTS)
+        return make_error(frame, "gradax_newton_schulz: the products flag must be 0 (portable), 1 (AMX) or 2 "
+                                 "(AVX-512 BF16)");
+    if (products == AMX_PRODUCTS && !gradax_amx_available())
         return make_error(frame, "gradax_newton_schulz: this CPU or process cannot use AMX");
+    if (products == AVX512_BF16_PRODUCTS && !gradax_avx512_bf16_available())
+        return make_error(frame, "gradax_newton_schulz: this CPU cannot use AVX-512 BF16");
     if (batch == 0) return NULL;
     int64_t m = transposed ? c : r, n = transposed ? r : c;
     int64_t mp = (m + 31) & ~(int64_t)31, np = (n + 31) & ~(int64_t)31;
@@ -591,7 +673,7 @@ XLA_FFI_Error* gradax_newton_schulz(XLA_FFI_CallFrame* frame) {
     if (job == NULL) return make_error(frame, "gradax_newton_schulz: out of memory");
     NewtonSchulz* ns = (NewtonSchulz*)job->data;
     *ns = (NewtonSchulz){frame, (const float*)x->data, (const float*)cf->data, (float*)out->data, r, c, steps,
-                         coeff_batch == 1 ? 0 : 3 * steps, mp, np, transposed, amx};
+                         coeff_batch == 1 ? 0 : 3 * steps, mp, np, transposed, products};
     atomic_init(&ns->failed, 0);
     if (batch < threads && mp * np >= SPLIT_FROM) { /* a matrix at a time, each step over the threads */
         int failed = run_matrices(ns, 0, batch, threads);

@@ -21,12 +21,14 @@ from ..transforms._partition import partition
 from ..transforms._scaling import scale_by_learning_rate
 from ._matrix_shapes import (
     MuonDimensionNumbers,
+    by_groups,
     default_dims,
     fans,
     map_matrices,
     matrix_dims_tree,
     matrix_labels,
     resolve_dims,
+    to_matrices,
 )
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
@@ -146,8 +148,8 @@ def _low_precision_newton_schulz(
     XLA:CPU's low-precision kernels take a product only when it contracts each operand's last axis or the second's
     first, which ``X^T X`` of a row-major tall ``X`` does not.
 
-    ``kernel`` (default: where it applies, :func:`_kernel_applies`) runs the iteration in gradax's CPU kernel on AMX
-    tiles instead (:func:`gradax._kernels.newton_schulz`: the same roundings, the float32 sums in another order,
+    ``kernel`` (default: where it applies, :func:`_kernel_applies`) runs the iteration in gradax's CPU kernel (on AMX
+    tiles or with AVX-512 BF16) instead (:func:`gradax._kernels.newton_schulz`: the same roundings, the float32 sums in another order,
     each matrix in the cache), with this function's ``vmap`` and derivative."""
     if kernel is None:
         kernel = _kernel_applies(x, preconditioning, ns_dtype)
@@ -188,8 +190,9 @@ def _low_precision_newton_schulz(
 
 
 def _kernel_applies(x: jax.Array, preconditioning: str, ns_dtype: Any) -> bool:
-    """Whether :func:`_low_precision_newton_schulz` runs in the AMX kernel: bfloat16 products of a float32 matrix
-    normalized by a norm (the iteration's first step is not special), on a CPU that has AMX, with the kernels built,
+    """Whether :func:`_low_precision_newton_schulz` runs in the CPU kernel: bfloat16 products of a float32 matrix
+    normalized by a norm (the iteration's first step is not special), on a CPU that has AMX or AVX-512 BF16
+    (:func:`gradax._kernels.bf16_products`), with the kernels built,
     outside a GSPMD-partitioned ``jit`` (see ``gradax.fused``'s ``kernel_applies``)."""
     from ..fused._common import kernel_applies  # gradax.fused imports contrib
 
@@ -198,24 +201,34 @@ def _kernel_applies(x: jax.Array, preconditioning: str, ns_dtype: Any) -> bool:
         and x.dtype == jnp.float32
         and preconditioning in ("frobenius", "spectral")
         and kernel_applies()
-        and _kernels.amx_available()
+        and _kernels.bf16_products() is not None
     )
 
 
 def _kernel_newton_schulz(x, coeffs, ns_steps, preconditioning, eps, ns_dtype):
-    """:func:`_low_precision_newton_schulz` by the AMX kernel, batched by the kernel under ``vmap`` and differentiated
+    """:func:`_low_precision_newton_schulz` by the CPU kernel, batched by the kernel under ``vmap`` and differentiated
     as the XLA iteration."""
+    return _kernel_iterate(_normalized(x, preconditioning, eps), coeffs, ns_steps, ns_dtype)
+
+
+def _kernel_iterate(x, coeffs, ns_steps, ns_dtype):
+    """The iteration (no normalization) of one matrix by the CPU kernel; under ``vmap`` one kernel call takes the
+    batch. No derivative of its own: its jvp is the XLA iteration's."""
+
+    products = _kernels.bf16_products()
+    if products is None:
+        raise RuntimeError("gradax's Newton-Schulz kernel runs only where _kernel_applies says so")
 
     @jax.custom_jvp
     def iterate(x, rows):
-        return _kernels.newton_schulz(x, rows, x.shape[-2] > x.shape[-1], True)
+        return _kernels.newton_schulz(x, rows, x.shape[-2] > x.shape[-1], products)
 
     @iterate.defjvp
     def _jvp(primals, tangents):
-        reference = lambda x, rows: _low_precision_newton_schulz(x, rows, ns_steps, "", eps, ns_dtype, kernel=False)
+        reference = lambda x, rows: _low_precision_newton_schulz(x, rows, ns_steps, "", 0.0, ns_dtype, kernel=False)
         return jax.jvp(reference, primals, tangents)
 
-    return iterate(_normalized(x, preconditioning, eps), _coefficient_rows(coeffs, ns_steps))
+    return iterate(x, _coefficient_rows(coeffs, ns_steps))
 
 
 def _ns_dtype(api: str, ns_dtype: Any) -> Any:
@@ -234,6 +247,30 @@ def _ns_dtype(api: str, ns_dtype: Any) -> Any:
 def orthogonalize(x, coeffs, ns_steps, preconditioning, eps, dims: MuonDimensionNumbers, ns_dtype=None):
     """Orthogonalizes each matrix of ``x`` (batch axes x reduction axes x output axes), one at a time."""
     return map_matrices(lambda m: _newton_schulz(m, coeffs, ns_steps, preconditioning, eps, ns_dtype), x, dims)
+
+
+def orthogonalize_leaves(xs: list, dims: list, coeffs, ns_steps, preconditioning, eps, ns_dtype=None) -> list:
+    """:func:`orthogonalize` of each of the leaves ``xs`` with its dimension numbers ``dims`` (``eps`` one value, or a
+    list of one per leaf), every leaf's matrices in one call: where gradax's CPU kernel runs the iteration
+    (:func:`_kernel_applies`), the matrices of one shape from all the leaves are stacked into one kernel call, which
+    spreads them over the threads itself (a call per leaf left that to XLA:CPU's scheduling of independent calls,
+    which at times ran them one after another on one thread); elsewhere each leaf as :func:`orthogonalize`. The
+    same numbers either way: each matrix is iterated on its own."""
+    eps = list(eps) if isinstance(eps, (list, tuple)) else [eps] * len(xs)
+    out: list = [None] * len(xs)
+    stacked = []  # (leaf, its matrices normalized, restore)
+    for k, (x, d, e) in enumerate(zip(xs, dims, eps)):
+        if ns_dtype is not None and x.size and _kernel_applies(x, preconditioning, ns_dtype):
+            flat, restore = to_matrices(x, d)
+            stacked.append((k, jax.vmap(lambda m, e=e: _normalized(m, preconditioning, e))(flat), restore))
+        else:
+            out[k] = orthogonalize(x, coeffs, ns_steps, preconditioning, e, d, ns_dtype)
+    if stacked:
+        iterate = lambda _, m: jax.vmap(lambda x: _kernel_iterate(x, coeffs, ns_steps, ns_dtype))(m)
+        done = by_groups([m.shape[1:] for _, m, _ in stacked], iterate, [m for _, m, _ in stacked])
+        for (k, _, restore), o in zip(stacked, done):
+            out[k] = restore(o)
+    return out
 
 
 def preset_rows(api: str, name: str, ns_steps: ArrayLike) -> tuple:
@@ -341,7 +378,7 @@ def scale_by_muon(
         b = as_value(beta)
         t = count.astype(b.dtype)
 
-        def leaf(g, m, d):
+        def momentum(g, m):
             cd = compute_dtype(jnp.result_type(g, m))
             gc = g.astype(cd)
             m_new = b * m.astype(cd) + (1 - b) * gc
@@ -349,19 +386,25 @@ def scale_by_muon(
                 m_hat = b * m_new / (1 - b ** (t + 1)) + (1 - b) * gc / (1 - b**t)
             else:
                 m_hat = m_new / (1 - b**t)
-            if d is None:
-                d = default_dims(g.ndim)
-            o = orthogonalize(m_hat, state.ns_coeffs, ns_steps, preconditioning, as_value(eps, cd), d, ns_dtype)
-            if adaptive:
-                o = jnp.sum(m_hat.conj() * o) * o
-            return o.astype(g.dtype), m_new.astype(m.dtype)
+            return m_hat, m_new, as_value(eps, cd)
 
         flat_u, treedef = jax.tree.flatten(updates)
         flat_m = treedef.flatten_up_to(state.mu)
-        flat_d = treedef.flatten_up_to(dims)
-        outs = [leaf(g, m, d) for g, m, d in zip(flat_u, flat_m, flat_d)]
-        new_u = treedef.unflatten([o[0] for o in outs])
-        new_m = treedef.unflatten([o[1] for o in outs])
+        flat_d = [default_dims(g.ndim) if d is None else d for g, d in zip(flat_u, treedef.flatten_up_to(dims))]
+        moments = [momentum(g, m) for g, m in zip(flat_u, flat_m)]
+        os = orthogonalize_leaves(
+            [h for h, _, _ in moments],
+            flat_d,
+            state.ns_coeffs,
+            ns_steps,
+            preconditioning,
+            [e for *_, e in moments],
+            ns_dtype,
+        )
+        if adaptive:
+            os = [jnp.sum(h.conj() * o) * o for o, (h, _, _) in zip(os, moments)]
+        new_u = treedef.unflatten([o.astype(g.dtype) for o, g in zip(os, flat_u)])
+        new_m = treedef.unflatten([m_new.astype(m.dtype) for (_, m_new, _), m in zip(moments, flat_m)])
         return new_u, MuonState(count, new_m, state.ns_coeffs)
 
     return GradientTransformation(init, update)

@@ -28,7 +28,6 @@ from ..transforms._scaling import scale_by_learning_rate
 from ._matrix_shapes import (
     MuonDimensionNumbers,
     default_dims,
-    map_matrices,
     matrix_dims_tree,
     matrix_labels,
     matrix_shape,
@@ -38,15 +37,16 @@ from ._matrix_shapes import (
 from ._muon import (
     _DEFAULT_NS_COEFFS,
     _check,
-    _newton_schulz,
     _ns_coeffs_array,
     _ns_dtype,
     _scale_by_shape,
     muon,
+    orthogonalize_leaves,
     preset_rows,
 )
 
 _NS_EPS = 1e-7  # the floor of the Frobenius norm before the iteration
+_BATCHED = MuonDimensionNumbers(1, 2)  # a (batch, fan_in, fan_out) array of matrices
 _UPDATE_SCALES = ("rms", "preserve_norm")
 _QK_ROLES = ("query", "key", "query_rotary", "key_rotary", "none")
 
@@ -72,9 +72,10 @@ class AdaMuonState(NamedTuple):
     ns_coeffs: jax.Array
 
 
-def _ortho(x, coeffs, ns_steps, ns_dtype=None):
-    """The Newton-Schulz polar factor of one ``(fan_in, fan_out)`` matrix (Frobenius normalization first)."""
-    return _newton_schulz(x, coeffs, ns_steps, "frobenius", _NS_EPS, ns_dtype)
+def _orthogonalized(batches: list, coeffs, ns_steps, ns_dtype=None) -> list:
+    """The Newton-Schulz polar factor of every matrix of each ``(batch, fan_in, fan_out)`` array of ``batches``
+    (Frobenius normalization first), all of them in one :func:`orthogonalize_leaves`."""
+    return orthogonalize_leaves(batches, [_BATCHED] * len(batches), coeffs, ns_steps, "frobenius", _NS_EPS, ns_dtype)
 
 
 def _leaf_dims(d, g):
@@ -157,13 +158,15 @@ def scale_by_normuon(
         dims = resolve_dims(weight_dimension_numbers, updates, api)
         b, beta2 = as_value(beta), as_value(b2)
 
-        def leaf(g, m, v, d):
+        def momentum(g, m, d):
             cd = compute_dtype(jnp.result_type(g, m))
             gc = g.astype(cd)
             m_new = b * m.astype(cd) + (1 - b) * gc
             mt = (1 - b) * gc + b * m_new if nesterov else m_new
-            flat, restore = to_matrices(mt, _leaf_dims(d, g))
-            o = jax.lax.map(lambda x: _ortho(x, state.ns_coeffs, ns_steps, ns_dtype), flat)
+            return m_new, *to_matrices(mt, _leaf_dims(d, g))
+
+        def leaf(g, m, v, m_new, o, restore):
+            cd = o.dtype
             # rows of zero length (an empty leaf) have mean square 0, not 0/0
             row_sq = jnp.mean(o * o, axis=1, keepdims=True) if o.shape[1] else jnp.zeros(v.shape, cd)
             v_new = beta2 * v.astype(cd) + (1 - beta2) * row_sq
@@ -178,11 +181,12 @@ def scale_by_normuon(
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
         flat_u, treedef = jax.tree.flatten(updates)
+        flat_m, flat_v = treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu)
+        moments = [momentum(g, m, d) for g, m, d in zip(flat_u, flat_m, treedef.flatten_up_to(dims))]
+        os = _orthogonalized([flat for _, flat, _ in moments], state.ns_coeffs, ns_steps, ns_dtype)
         outs = [
-            leaf(g, m, v, d)
-            for g, m, v, d in zip(
-                flat_u, treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu), treedef.flatten_up_to(dims)
-            )
+            leaf(g, m, v, m_new, o, restore)
+            for g, m, v, o, (m_new, _, restore) in zip(flat_u, flat_m, flat_v, os, moments)
         ]
         new = [treedef.unflatten([o[i] for o in outs]) for i in range(3)]
         return new[0], NorMuonState(safe_int32_increment(state.count), new[1], new[2], state.ns_coeffs)
@@ -256,13 +260,15 @@ def scale_by_adamuon(
         beta1, beta2 = as_value(b1), as_value(b2)
         bc2 = 1 - beta2 ** count.astype(beta2.dtype)
 
-        def leaf(g, m, v, d):
+        def momentum(g, m, d):
             cd = compute_dtype(jnp.result_type(g, m))
             gc = g.astype(cd)
             m_new = beta1 * m.astype(cd) + (1 - beta1) * gc
             mt = (1 - beta1) * gc + beta1 * m_new if nesterov else m_new
-            d = default_dims(g.ndim, api) if d is None else d
-            o = map_matrices(lambda x: _ortho(x, state.ns_coeffs, ns_steps, ns_dtype), mt, d)
+            return m_new, *to_matrices(mt, d)
+
+        def leaf(g, m, v, m_new, o, d):
+            cd = o.dtype
             v_new = beta2 * v.astype(cd) + (1 - beta2) * o * o
             e = as_value(eps, cd)
             o_hat, restore = to_matrices(o / (jnp.sqrt(v_new / bc2) + e), d)
@@ -271,11 +277,13 @@ def scale_by_adamuon(
             return restore(o_hat * scale).astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
         flat_u, treedef = jax.tree.flatten(updates)
+        flat_m, flat_v, flat_d = (treedef.flatten_up_to(t) for t in (state.mu, state.nu, dims))
+        flat_d = [default_dims(g.ndim, api) if d is None else d for g, d in zip(flat_u, flat_d)]
+        moments = [momentum(g, m, d) for g, m, d in zip(flat_u, flat_m, flat_d)]
+        os = _orthogonalized([flat for _, flat, _ in moments], state.ns_coeffs, ns_steps, ns_dtype)
         outs = [
-            leaf(g, m, v, d)
-            for g, m, v, d in zip(
-                flat_u, treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu), treedef.flatten_up_to(dims)
-            )
+            leaf(g, m, v, m_new, restore(o), d)
+            for g, m, v, d, o, (m_new, _, restore) in zip(flat_u, flat_m, flat_v, flat_d, os, moments)
         ]
         new = [treedef.unflatten([o[i] for o in outs]) for i in range(3)]
         return new[0], AdaMuonState(count, new[1], new[2], state.ns_coeffs)

@@ -34,7 +34,7 @@ from ..transforms._combining import chain
 from ..transforms._masking import resolve_labels
 from ..transforms._scaling import scale_by_learning_rate
 from ._matrix_shapes import MuonDimensionNumbers, default_dims, matrix_dims_tree, to_matrices
-from ._muon import _DEFAULT_NS_COEFFS, _newton_schulz, _ns_coeffs_array, _ns_dtype
+from ._muon import _DEFAULT_NS_COEFFS, _ns_coeffs_array, _ns_dtype, orthogonalize_leaves
 
 _NORMS = ("spectral", "colnorm", "rownorm", "sign", "bias", "none")
 _MATRIX_NORMS = ("spectral", "colnorm", "rownorm", "sign")
@@ -48,8 +48,9 @@ class ScionState(NamedTuple):
     mu: Any
 
 
-def _lmo(norm: str, d: jax.Array, dims, coeffs, ns_steps: int, eps, ns_dtype=None) -> jax.Array:
-    """The (positive) LMO direction of ``d`` for a unit ball of ``norm``; the update is its negative."""
+def _lmo(norm: str, d: jax.Array, dims, eps, polar: jax.Array | None = None) -> jax.Array:
+    """The (positive) LMO direction of ``d`` for a unit ball of ``norm``; the update is its negative. For the
+    spectral norm ``polar`` is ``d``'s orthogonalized matrices (:func:`orthogonalize_leaves`, all leaves at once)."""
     if norm == "none":
         return d
     if norm == "bias":
@@ -57,8 +58,9 @@ def _lmo(norm: str, d: jax.Array, dims, coeffs, ns_steps: int, eps, ns_dtype=Non
     m, restore = to_matrices(d, dims)
     fan_in, fan_out = m.shape[1], m.shape[2]
     if norm == "spectral":
-        o = jax.lax.map(lambda x: _newton_schulz(x, coeffs, ns_steps, "frobenius", 1e-7, ns_dtype), m)
-        out = o * (math.sqrt(fan_out / fan_in) if fan_in else 1.0)  # fan_in 0: an empty leaf
+        if polar is None:
+            raise ValueError("scale_by_scion: the spectral LMO takes the orthogonalized momentum")
+        out = to_matrices(polar, dims)[0] * (math.sqrt(fan_out / fan_in) if fan_in else 1.0)  # fan_in 0: empty leaf
     elif norm == "colnorm":
         out = m / (jnp.sqrt(jnp.sum(m * m, axis=2, keepdims=True)) / math.sqrt(fan_out) + eps)
     elif norm == "rownorm":
@@ -154,23 +156,39 @@ def scale_by_scion(
         a = as_value(momentum)
         coeffs = _ns_coeffs_array(api, ns_coeffs, ns_steps)
 
-        def leaf(g, m, norm, d):
+        def average(g, m, norm, d):
             check_one_of(api, "layer_norms", norm, _NORMS)
             cd = compute_dtype(jnp.result_type(g, m))
-            m_new = (1 - a) * m.astype(cd) + a * g.astype(cd)
             if norm in _MATRIX_NORMS and d is None:
                 d = default_dims(g.ndim, api, f"Give it the 'bias' norm, not {norm!r}.")
+            return (1 - a) * m.astype(cd) + a * g.astype(cd), d
+
+        def leaf(g, m, norm, m_new, d, polar):
+            cd = m_new.dtype
             rho = scales.get(norm, 1.0) if isinstance(scales, Mapping) else scales
-            u = as_value(rho, cd) * _lmo(norm, m_new, d, coeffs, ns_steps, as_value(eps, cd), ns_dtype)
+            u = as_value(rho, cd) * _lmo(norm, m_new, d, as_value(eps, cd), polar)
             return u.astype(g.dtype), m_new.astype(m.dtype)
 
         flat_u, treedef = jax.tree.flatten(updates)
-        outs = [
-            leaf(g, m, n, d)
-            for g, m, n, d in zip(
-                flat_u, treedef.flatten_up_to(state.mu), treedef.flatten_up_to(norms), treedef.flatten_up_to(dims)
+        flat_m, flat_n = treedef.flatten_up_to(state.mu), treedef.flatten_up_to(norms)
+        moments = [average(*args) for args in zip(flat_u, flat_m, flat_n, treedef.flatten_up_to(dims))]
+        spectral = [k for k, n in enumerate(flat_n) if n == "spectral"]
+        polars = dict.fromkeys(range(len(flat_u)))
+        polars.update(
+            zip(
+                spectral,
+                orthogonalize_leaves(
+                    [moments[k][0] for k in spectral],
+                    [moments[k][1] for k in spectral],
+                    coeffs,
+                    ns_steps,
+                    "frobenius",
+                    1e-7,
+                    ns_dtype,
+                ),
             )
-        ]
+        )
+        outs = [leaf(g, m, n, *moments[k], polars[k]) for k, (g, m, n) in enumerate(zip(flat_u, flat_m, flat_n))]
         new_u = treedef.unflatten([o[0] for o in outs])
         return new_u, ScionState(safe_int32_increment(state.count), treedef.unflatten([o[1] for o in outs]))
 

@@ -43,48 +43,21 @@ static inline float from_bf16(uint16_t h) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* Whether this process may use AMX: the CPU has AMX-TILE and AMX-BF16 and the AVX-512 the packings use (F, BW, VL,
- * BF16), the OS saves the AVX-512 and tile states (XCR0), and Linux granted this process the tile data (arch_prctl
- * ARCH_REQ_XCOMP_PERM). Asked once. */
+/* Whether this process may use the two kinds of bfloat16 products. AVX-512 BF16: the CPU has it and the AVX-512 the
+ * packings use (F, BW, VL), and the OS saves the AVX-512 state (XCR0). AMX: all that, and the CPU has AMX-TILE and
+ * AMX-BF16, the OS saves the tile state, and Linux granted this process the tile data (arch_prctl
+ * ARCH_REQ_XCOMP_PERM). Each asked once. */
 
 #if GRADAX_AMX
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-static int amx_check(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    if (!(d & (1u << 24)) || !(d & (1u << 22))) return 0; /* AMX-TILE, AMX-BF16 */
-    unsigned avx512 = (1u << 16) | (1u << 30) | (1u << 31); /* AVX512F, AVX512BW, AVX512VL */
-    if ((b & avx512) != avx512) return 0;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return 0; /* AVX512_BF16 */
+static uint32_t os_saved_states(void) {
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    uint32_t states = (3u << 1) | (7u << 5) | (3u << 17); /* SSE, AVX; opmask, ZMM; tile config, tile data */
-    if ((lo & states) != states) return 0;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-}
-#endif
-
-int gradax_amx_available(void) {
-#if GRADAX_AMX
-    static atomic_int known = 0; /* 0: not asked yet, 1: yes, -1: no */
-    int k = atomic_load_explicit(&known, memory_order_acquire);
-    if (k == 0) {
-        k = amx_check() ? 1 : -1;
-        atomic_store_explicit(&known, k, memory_order_release);
-    }
-    return k == 1;
-#else
-    return 0;
-#endif
+    return lo;
 }
 
-/* Whether this process may use AVX-512 BF16's dot products and the AVX-512 the packings use (F, BW, VL), with the
- * OS saving the AVX-512 state. Asked once. */
-
-#if GRADAX_AMX
 static int avx512_bf16_check(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
@@ -92,22 +65,43 @@ static int avx512_bf16_check(void) {
     unsigned avx512 = (1u << 16) | (1u << 30) | (1u << 31); /* AVX512F, AVX512BW, AVX512VL */
     if ((b & avx512) != avx512) return 0;
     if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return 0; /* AVX512_BF16 */
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    uint32_t states = (3u << 1) | (7u << 5); /* SSE, AVX; opmask, ZMM */
-    return (lo & states) == states;
+    uint32_t states = (3u << 1) | (7u << 5);                                     /* SSE, AVX; opmask, ZMM */
+    return (os_saved_states() & states) == states;
+}
+
+static int amx_check(void) {
+    unsigned a, b, c, d;
+    if (!avx512_bf16_check() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if (!(d & (1u << 24)) || !(d & (1u << 22))) return 0; /* AMX-TILE, AMX-BF16 */
+    uint32_t states = 3u << 17;                            /* tile config, tile data */
+    if ((os_saved_states() & states) != states) return 0;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+/* check(), asked once: `known` 0 (not asked yet), 1 (yes) or -1 (no) */
+static int asked_once(atomic_int* known, int (*check)(void)) {
+    int k = atomic_load_explicit(known, memory_order_acquire);
+    if (k == 0) {
+        k = check() ? 1 : -1;
+        atomic_store_explicit(known, k, memory_order_release);
+    }
+    return k == 1;
 }
 #endif
 
+int gradax_amx_available(void) {
+#if GRADAX_AMX
+    static atomic_int known = 0;
+    return asked_once(&known, amx_check);
+#else
+    return 0;
+#endif
+}
+
 int gradax_avx512_bf16_available(void) {
 #if GRADAX_AMX
-    static atomic_int known = 0; /* 0: not asked yet, 1: yes, -1: no */
-    int k = atomic_load_explicit(&known, memory_order_acquire);
-    if (k == 0) {
-        k = avx512_bf16_check() ? 1 : -1;
-        atomic_store_explicit(&known, k, memory_order_release);
-    }
-    return k == 1;
+    static atomic_int known = 0;
+    return asked_once(&known, avx512_bf16_check);
 #else
     return 0;
 #endif

@@ -110,8 +110,8 @@ def test_a_matrix_split_over_the_threads_is_the_same_matrix(products, monkeypatc
 
 
 def test_the_muon_family_takes_the_kernel_where_it_applies():
-    """bfloat16 products of float32 matrices normalized by a norm: the kernel (on a CPU with AMX or AVX-512 BF16); float16 products,
-    the aol and schatten first steps, float64: the XLA iteration."""
+    """bfloat16 products of float32 matrices normalized by a norm: the kernel (on a CPU with AMX or AVX-512 BF16);
+    float16 products, the aol and schatten first steps, float64: the XLA iteration."""
     x = jnp.ones((64, 16), jnp.float32)
     std = jnp.asarray(STANDARD, jnp.float32)
 

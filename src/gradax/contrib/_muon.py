@@ -148,9 +148,9 @@ def _low_precision_newton_schulz(
     XLA:CPU's low-precision kernels take a product only when it contracts each operand's last axis or the second's
     first, which ``X^T X`` of a row-major tall ``X`` does not.
 
-    ``kernel`` (default: where it applies, :func:`_kernel_applies`) runs the iteration in gradax's CPU kernel (on AMX
-    tiles or with AVX-512 BF16) instead (:func:`gradax._kernels.newton_schulz`: the same roundings, the float32 sums in another order,
-    each matrix in the cache), with this function's ``vmap`` and derivative."""
+    ``kernel`` (default: where it applies, :func:`_kernel_applies`) runs the iteration in gradax's CPU kernel on AMX
+    tiles or with AVX-512 BF16 instead (:func:`gradax._kernels.newton_schulz`: the same roundings, the float32 sums
+    in another order, each matrix in the cache), with this function's ``vmap`` and derivative."""
     if kernel is None:
         kernel = _kernel_applies(x, preconditioning, ns_dtype)
     if kernel:
@@ -214,7 +214,6 @@ def _kernel_newton_schulz(x, coeffs, ns_steps, preconditioning, eps, ns_dtype):
 def _kernel_iterate(x, coeffs, ns_steps, ns_dtype):
     """The iteration (no normalization) of one matrix by the CPU kernel; under ``vmap`` one kernel call takes the
     batch. No derivative of its own: its jvp is the XLA iteration's."""
-
     products = _kernels.bf16_products()
     if products is None:
         raise RuntimeError("gradax's Newton-Schulz kernel runs only where _kernel_applies says so")

@@ -220,3 +220,10 @@ def test_stacked_leaves_are_orthogonalized_as_each_alone():
     for x, d, got in zip(xs, dims, together):
         alone = _muon.orthogonalize(x, std, 5, "frobenius", 1e-7, d, jnp.bfloat16)
         np.testing.assert_allclose(got, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_an_unknown_kind_of_products_is_a_clear_error():
+    x = jnp.ones((8, 8), jnp.float32)
+    rows = jnp.asarray(np.broadcast_to(STANDARD, (1, 3)), jnp.float32)
+    with pytest.raises(ValueError, match=r"products must be one of \['amx', 'avx512_bf16', 'portable'\], got 'avx2'"):
+        _kernels.newton_schulz(x, rows, False, "avx2")

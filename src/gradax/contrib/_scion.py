@@ -173,13 +173,13 @@ def scale_by_scion(
         flat_m, flat_n = treedef.flatten_up_to(state.mu), treedef.flatten_up_to(norms)
         moments = [average(*args) for args in zip(flat_u, flat_m, flat_n, treedef.flatten_up_to(dims))]
         spectral = [k for k, n in enumerate(flat_n) if n == "spectral"]
-        polars = dict.fromkeys(range(len(flat_u)))
-        polars.update(
+        spectral_moments = [moments[k] for k in spectral]
+        polars = dict(
             zip(
                 spectral,
                 orthogonalize_leaves(
-                    [moments[k][0] for k in spectral],
-                    [moments[k][1] for k in spectral],
+                    [m for m, _ in spectral_moments],
+                    [d for _, d in spectral_moments],
                     coeffs,
                     ns_steps,
                     "frobenius",
@@ -188,7 +188,7 @@ def scale_by_scion(
                 ),
             )
         )
-        outs = [leaf(g, m, n, *moments[k], polars[k]) for k, (g, m, n) in enumerate(zip(flat_u, flat_m, flat_n))]
+        outs = [leaf(g, m, n, *moments[k], polars.get(k)) for k, (g, m, n) in enumerate(zip(flat_u, flat_m, flat_n))]
         new_u = treedef.unflatten([o[0] for o in outs])
         return new_u, ScionState(safe_int32_increment(state.count), treedef.unflatten([o[1] for o in outs]))
 

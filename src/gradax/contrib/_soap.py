@@ -106,6 +106,18 @@ _PANEL = 256
 _MAX_PANELS = 8
 
 
+def _compact_wy(rows: jax.Array, tau: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One panel of Householder reflectors in compact WY form, ``I - V T V^T``: ``rows`` holds the panel's
+    ``kb`` reflectors as rows, each right of its diagonal entry (the layout of ``geqrf``'s result transposed),
+    ``tau`` their scales. Returns ``V^T`` (unit diagonal; a reflector with ``tau = 0`` is the identity and its row
+    is zero) and ``T``, from ``T^{-1} = diag(1 / tau) + triu(V^T V, 1)``."""
+    kb, dt = rows.shape[0], rows.dtype
+    live = tau != 0
+    vt = (jnp.triu(rows, 1) + jnp.eye(kb, rows.shape[1], dtype=dt)) * live[:, None]
+    tinv = jnp.triu(jnp.matmul(vt, vt.T, precision=_HIGHEST), 1) + jnp.diag(1 / jnp.where(live, tau, 1))
+    return vt, jax.lax.linalg.triangular_solve(tinv, jnp.eye(kb, dtype=dt), left_side=True, lower=False)
+
+
 def _householder_q(h: jax.Array, tau: jax.Array, panel: int) -> jax.Array:
     """The orthogonal factor ``Q`` of one square matrix from its Householder reflectors (``h`` as LAPACK's
     ``geqrf`` leaves the matrix, the reflectors below the diagonal; ``tau`` their scales): the same ``Q`` as
@@ -119,12 +131,8 @@ def _householder_q(h: jax.Array, tau: jax.Array, panel: int) -> jax.Array:
 
     def reflectors(k: int) -> tuple[jax.Array, jax.Array, int]:
         kb = min(panel, n - k)
-        t_k = tau[k : k + kb]
-        live = t_k != 0
-        v = (jnp.tril(h[k:, k : k + kb], -1) + jnp.eye(n - k, kb, dtype=dt)) * live
-        tinv = jnp.triu(jnp.matmul(v.T, v, precision=_HIGHEST), 1) + jnp.diag(1 / jnp.where(live, t_k, 1))
-        t = jax.lax.linalg.triangular_solve(tinv, jnp.eye(kb, dtype=dt), left_side=True, lower=False)
-        return v, t, kb
+        vt, t = _compact_wy(h[k:, k : k + kb].T, tau[k : k + kb])
+        return vt.T, t, kb
 
     starts = list(range(0, n, panel))
     v, t, _ = reflectors(starts[-1])  # the last panel acts on the identity
@@ -155,7 +163,6 @@ def _geqrf_by_panels(a: jax.Array, panel: int) -> tuple[jax.Array, jax.Array]:
     order LAPACK reads and writes a panel in, so that a panel goes to LAPACK and back without a transpose. The same
     factors to rounding (each panel is LAPACK's own)."""
     n = a.shape[-1]
-    dt = a.dtype
     at = a.T
     taus = []
     for k in range(0, n, panel):
@@ -165,10 +172,7 @@ def _geqrf_by_panels(a: jax.Array, panel: int) -> tuple[jax.Array, jax.Array]:
         taus.append(tau)
         if k + kb == n:
             break
-        live = tau != 0  # a reflector with tau = 0 is the identity: its row is dropped from V^T
-        vt = (jnp.triu(h, 1) + jnp.eye(kb, n - k, dtype=dt)) * live[:, None]
-        tinv = jnp.triu(jnp.matmul(vt, vt.T, precision=_HIGHEST), 1) + jnp.diag(1 / jnp.where(live, tau, 1))
-        t = jax.lax.linalg.triangular_solve(tinv, jnp.eye(kb, dtype=dt), left_side=True, lower=False)
+        vt, t = _compact_wy(h, tau)
         rest = at[k + kb :, k:]  # the columns right of the panel, as rows: rest <- rest (I - V T V^T)
         w = jnp.matmul(jnp.matmul(rest, vt.T, precision=_HIGHEST), t, precision=_HIGHEST)
         at = at.at[k + kb :, k:].set(rest - jnp.matmul(w, vt, precision=_HIGHEST))

@@ -67,6 +67,7 @@ LION_SCALARS = _scalars.LION.names
 ADAFACTOR_SCALARS = _scalars.ADAFACTOR.names
 MARS_SCALARS = _scalars.MARS.names
 CAUTIOUS_ADAMW_SCALARS = _scalars.CAUTIOUS_ADAMW.names
+CAME_SCALARS = _scalars.CAME.names
 SCALARS_HEADER = "fused_scalars.h"  # generated into the build directory by _scalars.header()
 
 
@@ -459,6 +460,30 @@ def cautious_adamw_step(
     """
     head = lambda part: (scalars, decay[part])
     return tuple(_call_per_leaves("gradax_cautious_adamw_step", head, [params, grads, mu, nu], [0, 2, 3]))
+
+
+def came_matrices(scalars: jax.Array, grads: list, mu: list, rows: list, cols: list, res_rows: list, res_cols: list):
+    """CAME's momentum and statistics on float32 matrices (``fused_came.c``): leaf ``i``'s gradient and momentum
+    ``[..., R, C]`` (a matrix per index of the leading axes), its second moment's row and column statistics
+    ``[..., R]`` and ``[..., C]``, its instability's ``[..., R]`` and ``[..., C]``. Returns the new momentum,
+    statistics and instability, five lists (aliased to their operands: donate them to update in place, otherwise
+    XLA copies them first); the update itself is left to XLA (see the kernel).
+
+    ``scalars`` is float32[len(CAME_SCALARS)]. Each call takes whole leaves, :data:`LEAVES_PER_CALL` at a time."""
+    _require()
+    groups = [grads, mu, rows, cols, res_rows, res_cols]
+    out: list[list] = [[] for _ in groups]
+    for part in _chunks(len(grads), LEAVES_PER_CALL):
+        chunk = [group[part] for group in groups]
+        n = part.stop - part.start
+        shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for group in chunk[1:] for x in group]
+        aliases = {1 + k * n + i: (k - 1) * n + i for k in range(1, len(groups)) for i in range(n)}
+        results = jax.ffi.ffi_call("gradax_came_matrices", shapes, input_output_aliases=aliases)(
+            scalars, *(x for group in chunk for x in group)
+        )
+        for k in range(1, len(groups)):
+            out[k] += results[(k - 1) * n : k * n]
+    return tuple(out[1:])
 
 
 _answers: dict[str, bool] = {}

@@ -115,7 +115,24 @@ CAUTIOUS_ADAMW = ScalarTable(
     ),
 )
 
-TABLES = (ADAMW, LION, ADAFACTOR, MARS, CAUTIOUS_ADAMW)
+CAME = ScalarTable(
+    "CameScalar",
+    "CM_",
+    "NCM",
+    (
+        ("b1", "beta1, the momentum's decay"),
+        ("one_minus_b1", "1 - beta1"),
+        ("b2", "beta2, the second moment's decay"),
+        ("one_minus_b2", "1 - beta2"),
+        ("b3", "beta3, the instability's decay"),
+        ("one_minus_b3", "1 - beta3"),
+        ("eps1", "added to the squared gradient's means"),
+        ("eps2", "added to the instability's means"),
+        ("clip_threshold", "the bound on the RMS of the normalized update"),
+    ),
+)
+
+TABLES = (ADAMW, LION, ADAFACTOR, MARS, CAUTIOUS_ADAMW, CAME)
 
 
 def header() -> str:

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .. import _kernels
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
 from .._checks import check_decay, check_non_negative, check_positive
 from .._hyperparams import hyper_values
@@ -54,6 +55,114 @@ def _own(copies: int, *xs: jax.Array) -> list[tuple[jax.Array, ...]]:
     """
     out = jax.lax.optimization_barrier(xs * copies)
     return [out[i * len(xs) : (i + 1) * len(xs)] for i in range(copies)]
+
+
+def _leaf(hyper, g, m, vr, vc, v, rr, rc):
+    """One leaf of :func:`scale_by_came`'s update in jnp (``hyper``: b1, b2, b3, eps1, eps2, clip_threshold):
+    returns the update and the leaf's new momentum and statistics."""
+    beta1, beta2, beta3, e1, e2, d = hyper
+    if np.size(g) == 0:  # an empty leaf: its statistics would be means over nothing (0/0); keep them
+        return g, m, vr, vc, v, rr, rc
+    if _factored(g.shape) and 1 in g.shape[:-2]:  # unit axes slow XLA:CPU's reductions down (see there)
+        (g1, m1), (vr1, rr1), (vc1, rc1), _, restore = without_unit_axes(
+            (g.ndim - 2, g.ndim - 1), (g, m), (vr, rr), (vc, rc)
+        )
+        out, m1, vr1, vc1, v, rr1, rc1 = _leaf(hyper, g1, m1, vr1, vc1, v, rr1, rc1)
+        out, m1, vr1, rr1, vc1, rc1 = restore(out, m1, vr1, rr1, vc1, rc1)
+        return out, m1, vr1, vc1, v, rr1, rc1
+    gc = g.astype(compute_dtype(g.dtype))
+    if not _factored(g.shape):
+        v_new = (beta2 * v + (1 - beta2) * (abs_sq(gc) + e1)).astype(v.dtype)
+        u = gc * jax.lax.rsqrt(v_new)
+        u = u / clip_divisor(jnp.mean(abs_sq(u)), d)
+        m_new = (beta1 * m + (1 - beta1) * u).astype(m.dtype)
+        return m_new.astype(g.dtype), m_new, vr, vc, v_new, rr, rc
+    # mean(g^2 + eps1) as mean(g^2) + eps1; every reduction below is one pass over what it reads
+    row = jnp.mean(abs_sq(gc), axis=-1)
+    ((g_col,),) = _own(1, gc)
+    col = jnp.mean(abs_sq(g_col), axis=-2)
+    vr_new = (beta2 * vr + (1 - beta2) * (row + e1)).astype(vr.dtype)
+    vc_new = (beta2 * vc + (1 - beta2) * (col + e1)).astype(vc.dtype)
+    r, c = _rsqrt_factors(vr_new, vc_new)
+    # the update u = g r c is never stored: sum(u^2) = sum_i r_i^2 sum_j g_ij^2 c_j^2
+    ((g_sq, c_sq),) = _own(1, gc, c)
+    sum_sq = jnp.sum(jnp.sum(abs_sq(g_sq) * jnp.square(c_sq), axis=-1) * jnp.square(r[..., 0]))
+    r = r / clip_divisor(sum_sq / gc.size, d)
+    m_new = (beta1 * m + (1 - beta1) * (gc * r * c)).astype(m.dtype)
+    # the instability's reductions read the stored new momentum (the old one is overwritten in place);
+    # mean((u - m)^2 + eps2) as mean((u - m)^2) + eps2
+    (g_row, r_row, c_row), (g_col, r_col, c_col) = _own(2, gc, r, c)
+    row = jnp.mean(abs_sq(g_row * r_row * c_row - m_new), axis=-1) + e2
+    col = jnp.mean(abs_sq(g_col * r_col * c_col - m_new), axis=-2) + e2
+    rr_new = (beta3 * rr + (1 - beta3) * row).astype(rr.dtype)
+    rc_new = (beta3 * rc + (1 - beta3) * col).astype(rc.dtype)
+    r_res, c_res = _rsqrt_factors(rr_new, rc_new)
+    out = m_new * r_res * c_res
+    return out.astype(g.dtype), m_new, vr_new, vc_new, v, rr_new, rc_new
+
+
+def _kernel_takes(g, m, vr, vc, rr, rc) -> bool:
+    """Whether the CPU kernel takes this leaf: a non-empty float32 matrix (or batch of matrices) with float32
+    momentum and statistics."""
+    f32 = jnp.dtype(jnp.float32)
+    return np.ndim(g) >= 2 and np.size(g) > 0 and all(jnp.dtype(x.dtype) == f32 for x in (g, m, vr, vc, rr, rc))
+
+
+def _kernel_rows(rows: list, hyper: tuple, _unused: tuple) -> list:
+    """:func:`_leaf` of each ``(g, m, vr, vc, rr, rc)`` of ``rows``, the momentum and statistics by gradax's CPU
+    kernel (``fused_came.c``: two passes per matrix, the second reading the gradient the first just read, where XLA
+    takes five), the update from them in jnp (fused by XLA with the rest of the step). Returns
+    ``(update, m, vr, vc, rr, rc)`` per row."""
+    beta1, beta2, beta3, e1, e2, d = (jnp.asarray(x, jnp.float32) for x in hyper)
+    named = dict(b1=beta1, one_minus_b1=1 - beta1, b2=beta2, one_minus_b2=1 - beta2, b3=beta3)
+    named.update(one_minus_b3=1 - beta3, eps1=e1, eps2=e2, clip_threshold=d)
+    scalars = jnp.stack([named[name] for name in _kernels.CAME_SCALARS])
+    new = _kernels.came_matrices(scalars, *(list(group) for group in zip(*rows, strict=True)))
+    out = []
+    for m, vr, vc, rr, rc in zip(*new, strict=True):
+        r_res, c_res = _rsqrt_factors(rr, rc)
+        out.append((m * r_res * c_res, m, vr, vc, rr, rc))
+    return out
+
+
+def _reference_rows(rows: list, hyper: tuple, _unused: tuple) -> list:
+    """:func:`_kernel_rows` in jnp (:func:`_leaf`): its batching and derivatives."""
+    out = []
+    for g, m, vr, vc, rr, rc in rows:
+        u, m, vr, vc, _, rr, rc = _leaf(hyper, g, m, vr, vc, jnp.zeros((1,), vr.dtype), rr, rc)
+        out.append((u, m, vr, vc, rr, rc))
+    return out
+
+
+def _kernel_applies() -> bool:
+    """Whether the CPU kernel takes this step's float32 matrices: CPU backend, no x64, whole arrays (not under a
+    GSPMD-partitioned ``jit``), kernels built (``gradax.fused``'s ``kernel_applies``)."""
+    from ..fused._common import kernel_applies  # gradax.fused imports contrib
+
+    return kernel_applies()
+
+
+def _update_leaves(hyper: tuple, updates, state: ScaleByCameState) -> tuple:
+    """:func:`_leaf` over the tree: the factored float32 leaves by the CPU kernel where it runs (calls of whole
+    leaves, batched and differentiated as the jnp code), every other leaf in jnp. Returns the seven output trees."""
+    from ..fused._common import with_reference  # gradax.fused imports contrib
+
+    fields = (state.mu, state.nu_row, state.nu_col, state.nu, state.res_row, state.res_col)
+    leaves, treedef = jax.tree.flatten(updates)
+    rows = [list(xs) for xs in zip(leaves, *(treedef.flatten_up_to(f) for f in fields), strict=True)]
+    outs: list = [None] * len(rows)
+    taken = [k for k, (g, m, vr, vc, _, rr, rc) in enumerate(rows) if _kernel_takes(g, m, vr, vc, rr, rc)]
+    if taken and _kernel_applies():
+        picked = [tuple(rows[k][:4] + rows[k][5:]) for k in taken]
+        done = with_reference(_kernel_rows, _reference_rows)(picked, tuple(hyper), ())
+        for k, (u, m, vr, vc, rr, rc) in zip(taken, done, strict=True):
+            outs[k] = (u, m, vr, vc, rows[k][4], rr, rc)
+    for k, row in enumerate(rows):
+        if outs[k] is None:
+            outs[k] = _leaf(hyper, *row)
+    if not outs:
+        return tuple(treedef.unflatten([]) for _ in range(7))
+    return tuple(treedef.unflatten([o[i] for o in outs]) for i in range(7))
 
 
 def scale_by_came(
@@ -140,51 +249,9 @@ def scale_by_came(
 
     def update(updates, state, params=None):
         del params
-        beta1, beta2, beta3, e1, e2, d = hyper_values(b1, b2, b3, eps1, eps2, clip_threshold)
 
-        def leaf(g, m, vr, vc, v, rr, rc):
-            if np.size(g) == 0:  # an empty leaf: its statistics would be means over nothing (0/0); keep them
-                return g, m, vr, vc, v, rr, rc
-            if _factored(g.shape) and 1 in g.shape[:-2]:  # unit axes slow XLA:CPU's reductions down (see there)
-                (g1, m1), (vr1, rr1), (vc1, rc1), _, restore = without_unit_axes(
-                    (g.ndim - 2, g.ndim - 1), (g, m), (vr, rr), (vc, rc)
-                )
-                out, m1, vr1, vc1, v, rr1, rc1 = leaf(g1, m1, vr1, vc1, v, rr1, rc1)
-                out, m1, vr1, rr1, vc1, rc1 = restore(out, m1, vr1, rr1, vc1, rc1)
-                return out, m1, vr1, vc1, v, rr1, rc1
-            gc = g.astype(compute_dtype(g.dtype))
-            if not _factored(g.shape):
-                v_new = (beta2 * v + (1 - beta2) * (abs_sq(gc) + e1)).astype(v.dtype)
-                u = gc * jax.lax.rsqrt(v_new)
-                u = u / clip_divisor(jnp.mean(abs_sq(u)), d)
-                m_new = (beta1 * m + (1 - beta1) * u).astype(m.dtype)
-                return m_new.astype(g.dtype), m_new, vr, vc, v_new, rr, rc
-            # mean(g^2 + eps1) as mean(g^2) + eps1; every reduction below is one pass over what it reads
-            row = jnp.mean(abs_sq(gc), axis=-1)
-            ((g_col,),) = _own(1, gc)
-            col = jnp.mean(abs_sq(g_col), axis=-2)
-            vr_new = (beta2 * vr + (1 - beta2) * (row + e1)).astype(vr.dtype)
-            vc_new = (beta2 * vc + (1 - beta2) * (col + e1)).astype(vc.dtype)
-            r, c = _rsqrt_factors(vr_new, vc_new)
-            # the update u = g r c is never stored: sum(u^2) = sum_i r_i^2 sum_j g_ij^2 c_j^2
-            ((g_sq, c_sq),) = _own(1, gc, c)
-            sum_sq = jnp.sum(jnp.sum(abs_sq(g_sq) * jnp.square(c_sq), axis=-1) * jnp.square(r[..., 0]))
-            r = r / clip_divisor(sum_sq / gc.size, d)
-            m_new = (beta1 * m + (1 - beta1) * (gc * r * c)).astype(m.dtype)
-            # the instability's reductions read the stored new momentum (the old one is overwritten in place);
-            # mean((u - m)^2 + eps2) as mean((u - m)^2) + eps2
-            (g_row, r_row, c_row), (g_col, r_col, c_col) = _own(2, gc, r, c)
-            row = jnp.mean(abs_sq(g_row * r_row * c_row - m_new), axis=-1) + e2
-            col = jnp.mean(abs_sq(g_col * r_col * c_col - m_new), axis=-2) + e2
-            rr_new = (beta3 * rr + (1 - beta3) * row).astype(rr.dtype)
-            rc_new = (beta3 * rc + (1 - beta3) * col).astype(rc.dtype)
-            r_res, c_res = _rsqrt_factors(rr_new, rc_new)
-            out = m_new * r_res * c_res
-            return out.astype(g.dtype), m_new, vr_new, vc_new, v, rr_new, rc_new
-
-        out, mu, nu_row, nu_col, nu, res_row, res_col = map_n(
-            7, leaf, updates, state.mu, state.nu_row, state.nu_col, state.nu, state.res_row, state.res_col
-        )
+        hyper = hyper_values(b1, b2, b3, eps1, eps2, clip_threshold)
+        out, mu, nu_row, nu_col, nu, res_row, res_col = _update_leaves(hyper, updates, state)
         return out, ScaleByCameState(
             count=safe_int32_increment(state.count),
             mu=mu,

@@ -123,6 +123,23 @@ def test_the_clipping_is_over_the_whole_leaf(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("eps1", [1e-30, 0.0])
+@pytest.mark.parametrize("scale", [1e-19, 1e-30, 1e20])
+def test_tiny_and_huge_gradients_step_as_the_jnp_step(scale, eps1, monkeypatch):
+    """Gradients whose squares are near float32's smallest normal or under it, with and without eps1, or near its
+    largest, and a row of zeros: the kernel's update is the jnp step's (NaN where the jnp step's is: XLA:CPU flushes
+    subnormals to zero, and the kernel, on XLA's threads, does too)."""
+    rng = np.random.default_rng(2)
+    g = {"w": jnp.asarray(rng.normal(size=(9, 20)) * scale, jnp.float32)}
+    g["w"] = g["w"].at[3].set(0.0)  # a zero row
+    tx = gradax.contrib.scale_by_came(eps1=eps1)
+    state = tx.init(g)
+    got = np.asarray(jax.jit(tx.update)(g, state)[0]["w"])
+    _without_kernel(monkeypatch)
+    want = np.asarray(jax.jit(tx.update)(g, state)[0]["w"])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)
+
+
 def test_vmap_and_grad_go_through_the_jnp_step():
     """Under vmap the step is jnp's (the kernel takes one step at a time): each example as its own update."""
     tx = gradax.contrib.scale_by_came()

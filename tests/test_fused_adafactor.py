@@ -101,11 +101,12 @@ def test_kernel_matches_numpy():
 
 
 def test_falls_back_to_update_then_apply(monkeypatch):
-    """momentum, weight decay, float16 leaves or no kernels: exactly update + apply_updates."""
+    """momentum, weight decay, float16 leaves or no kernels: exactly update + apply_updates (whose second moment
+    still comes from the factored-moments kernel where the kernels run, but not the fused final pass)."""
     params, grads = _tree(0), _tree(1)
     for kwargs in (dict(learning_rate=1e-2, momentum=0.9), dict(learning_rate=1e-2, weight_decay_rate=1e-3)):
         opt = gradax.fused.adafactor(**kwargs)
-        assert "gradax_" not in jax.jit(opt.step).lower(params, opt.init(params), grads).as_text()
+        assert "gradax_adafactor_matrices" not in jax.jit(opt.step).lower(params, opt.init(params), grads).as_text()
         got, want = run_steps(opt, params, grads, 2, fused=True), run_steps(opt, params, grads, 2, fused=False)
         assert jax.tree.all(jax.tree.map(lambda x, y: bool(jnp.array_equal(x, y)), got, want))
     half = jax.tree.map(lambda x: x.astype(jnp.float16), params)

@@ -1,4 +1,4 @@
-"""CAME's CPU kernel (``gradax/_kernels/fused_came.c``): the momentum and the factored statistics of float32
+"""CAME's CPU kernel (``gradax/_kernels/fused_factored.c``): the momentum and the factored statistics of float32
 matrices in two passes, where ``gradax.contrib.came`` runs on the CPU.
 
 The truth is the authors' ``came_pytorch.CAME`` in float64 (the kernel runs in float32, so within float32 rounding),

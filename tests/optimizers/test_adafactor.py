@@ -225,13 +225,15 @@ def test_unit_axes_change_nothing(min_dim):
 )
 def test_row_and_column_reductions_see_no_unit_axis(make, monkeypatch):
     """A factored leaf's row and column reductions run on its arrays without their unit axes: XLA:CPU reduces an
-    expression of several arrays with a leading axis of length 1 up to 30x slower (without_unit_axes). CAME's
-    reductions in XLA, that is without its CPU kernel (which takes any leading axes)."""
+    expression of several arrays with a leading axis of length 1 up to 30x slower (without_unit_axes). The
+    reductions in XLA, that is without the CPU kernels (which take any leading axes)."""
     import re
 
     from gradax.contrib import _came
+    from gradax.optimizers import _adafactor
 
     monkeypatch.setattr(_came, "_kernel_applies", lambda: False)
+    monkeypatch.setattr(_adafactor, "_kernel_applies", lambda: False)
 
     params = {"w": jnp.zeros((1, 256, 128))}
     opt = make()

@@ -68,6 +68,7 @@ ADAFACTOR_SCALARS = _scalars.ADAFACTOR.names
 MARS_SCALARS = _scalars.MARS.names
 CAUTIOUS_ADAMW_SCALARS = _scalars.CAUTIOUS_ADAMW.names
 CAME_SCALARS = _scalars.CAME.names
+FACTORED_SCALARS = _scalars.FACTORED.names
 SCALARS_HEADER = "fused_scalars.h"  # generated into the build directory by _scalars.header()
 
 
@@ -463,7 +464,7 @@ def cautious_adamw_step(
 
 
 def came_matrices(scalars: jax.Array, grads: list, mu: list, rows: list, cols: list, res_rows: list, res_cols: list):
-    """CAME's momentum and statistics on float32 matrices (``fused_came.c``): leaf ``i``'s gradient and momentum
+    """CAME's momentum and statistics on float32 matrices (``fused_factored.c``): leaf ``i``'s gradient and momentum
     ``[..., R, C]`` (a matrix per index of the leading axes), its second moment's row and column statistics
     ``[..., R]`` and ``[..., C]``, its instability's ``[..., R]`` and ``[..., C]``. Returns the new momentum,
     statistics and instability, five lists (aliased to their operands: donate them to update in place, otherwise
@@ -484,6 +485,34 @@ def came_matrices(scalars: jax.Array, grads: list, mu: list, rows: list, cols: l
         for k in range(1, len(groups)):
             out[k] += results[(k - 1) * n : k * n]
     return tuple(out[1:])
+
+
+def factored_moments(scalars: jax.Array, normalize_rows: list[bool], grads: list, rows: list, cols: list):
+    """Adafactor's factored second moment of float32 matrices (``fused_factored.c``, its pass A): leaf ``i``'s gradient
+    ``[..., R, C]``, its row statistic ``[..., R]`` (the mean over ``C``) and column statistic ``[..., C]``; the one
+    divided by its mean is the row statistic where ``normalize_rows[i]``. Returns the new row and column statistics
+    (two lists, aliased to their operands) and each leaf's sum of squares of the unclipped update (a list of float32
+    scalars).
+
+    ``scalars`` is float32[len(FACTORED_SCALARS)]. Each call takes whole leaves, :data:`LEAVES_PER_CALL` at a time."""
+    _require()
+    new_rows: list = []
+    new_cols: list = []
+    sums: list = []
+    for part in _chunks(len(grads), LEAVES_PER_CALL):
+        g, r, c = grads[part], rows[part], cols[part]
+        n = len(g)
+        shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (*r, *c)]
+        shapes.append(jax.ShapeDtypeStruct((n,), jnp.float32))
+        aliases = {2 + n + i: i for i in range(2 * n)}
+        flags = jnp.asarray(normalize_rows[part], jnp.float32)
+        out = jax.ffi.ffi_call("gradax_factored_moments", shapes, input_output_aliases=aliases)(
+            scalars, flags, *g, *r, *c
+        )
+        new_rows += out[:n]
+        new_cols += out[n : 2 * n]
+        sums += [out[2 * n][i] for i in range(n)]
+    return new_rows, new_cols, sums
 
 
 _answers: dict[str, bool] = {}

@@ -132,7 +132,18 @@ CAME = ScalarTable(
     ),
 )
 
-TABLES = (ADAMW, LION, ADAFACTOR, MARS, CAUTIOUS_ADAMW, CAME)
+FACTORED = ScalarTable(
+    "FactoredScalar",
+    "FM_",
+    "NFM",
+    (
+        ("decay", "the second moment's decay this step"),
+        ("one_minus_decay", "1 - decay"),
+        ("eps", "added to the squared gradient's means"),
+    ),
+)
+
+TABLES = (ADAMW, LION, ADAFACTOR, MARS, CAUTIOUS_ADAMW, CAME, FACTORED)
 
 
 def header() -> str:

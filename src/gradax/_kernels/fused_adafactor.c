@@ -6,10 +6,11 @@
  *   args[1+3n+i] float32[C] per-column factor. rets: the new params, each aliased to its operand (in place).
  *
  * Every reduction of the step (the row and column means of g^2 + eps, the factors, the clipping RMS, the
- * parameters' RMS) is computed by XLA in the step's program with the expressions of gradax.adafactor's update
- * (optimizers/_adafactor.py: factored_moments, factored_clip_divisor), so they are XLA's own roundings: a reduction's
- * order (vector width, tree, thread split) is XLA's choice and no kernel could follow it. What is left is the one
- * element-wise pass XLA:CPU fuses at the end of the step, made here with XLA's roundings, in its order:
+ * parameters' RMS) is computed in the step's program as gradax.adafactor's update computes it
+ * (optimizers/_adafactor.py: factored_second_moments, whose statistics and clipping sum come from
+ * gradax_factored_moments in fused_factored.c, and the parameter scale in XLA), so with the update's own roundings.
+ * What is left is the one element-wise pass XLA:CPU fuses at the end of the step, made here with XLA's roundings, in
+ * its order:
  *
  *   u = ((g x) y) s1) s2,   p <- p - u s3   (x the normalized factor, y the other; the subtraction and the last
  *                                            product one fused multiply-add where XLA:CPU contracts them)

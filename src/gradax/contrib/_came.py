@@ -110,7 +110,7 @@ def _kernel_takes(g, m, vr, vc, rr, rc) -> bool:
 
 def _kernel_rows(rows: list, hyper: tuple, _unused: tuple) -> list:
     """:func:`_leaf` of each ``(g, m, vr, vc, rr, rc)`` of ``rows``, the momentum and statistics by gradax's CPU
-    kernel (``fused_came.c``: two passes per matrix, the second reading the gradient the first just read, where XLA
+    kernel (``fused_factored.c``: two passes per matrix, the second reading the gradient the first just read, where XLA
     takes five), the update from them in jnp (fused by XLA with the rest of the step). Returns
     ``(update, m, vr, vc, rr, rc)`` per row."""
     beta1, beta2, beta3, e1, e2, d = (jnp.asarray(x, jnp.float32) for x in hyper)

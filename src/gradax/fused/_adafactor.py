@@ -14,10 +14,10 @@ from .._hyperparams import as_value, is_concrete
 from .._update import apply_updates
 from ..optimizers._adafactor import (
     FactoredState,
+    clip_divisor,
     decay_rate_pow,
-    factored_clip_divisor,
     factored_dims,
-    factored_moments,
+    factored_second_moments,
 )
 from ..optimizers._adafactor import adafactor as _adafactor
 from ..optimizers._misc import scale_by_param_block_rms
@@ -59,10 +59,10 @@ def adafactor(
     ``init`` and ``update`` are those of ``gradax.adafactor(...)``: same state, same updates.
     ``step(params, state, grads)`` returns ``(new_params, new_state)`` (arguments in the order of the results:
     donate them with ``jax.jit(opt.step, donate_argnums=(0, 1))``). On the CPU backend, the reductions of each
-    float32 matrix whose second moment is factored (row and column means, clipping RMS, parameter RMS) are computed
-    by XLA with the very expressions of ``update``, and the final element-wise pass (read the gradient and the
-    parameters, write the parameters in place) runs in a C kernel on XLA's thread pool, with XLA's roundings and
-    fused multiply-adds. Every other leaf goes through ``update`` itself. The results are bit for bit those of
+    float32 matrix whose second moment is factored are computed as ``update`` computes them (the row and column
+    means and the clipping sum in one pass of the factored-moments kernel, the parameter RMS by XLA), and the final
+    element-wise pass (read the gradient and the parameters, write the parameters in place) runs in a C kernel on
+    XLA's thread pool, with XLA's roundings and fused multiply-adds. Every other leaf goes through ``update`` itself. The results are bit for bit those of
     ``update`` + ``apply_updates`` compiled by XLA:CPU (``tests/contract/test_extreme_gradients.py``). With
     ``momentum`` or ``weight_decay_rate``, on GPU, under a GSPMD-sharded ``jit``, under ``jax_enable_x64`` or
     without a C compiler ``step`` is ``update`` followed by ``apply_updates``, and so are ``vmap`` and autodiff.
@@ -157,28 +157,27 @@ def adafactor(
         for out, x in zip((new_rows, new_cols, new_vs), new_sub[0][1:], strict=True):
             put(out, others, x)
 
-        # the factored matrices: every reduction in XLA, with the expressions (and so the roundings) of the
-        # update's own (factored_moments, factored_clip_divisor, the parameter scale's transformation), then the
-        # element-wise update in one kernel, matrix after matrix
+        # the factored matrices: every reduction as the update computes it (factored_second_moments, the parameter
+        # scale's transformation), so with its roundings, then the element-wise update in one kernel, matrix after
+        # matrix
         beta = as_value(decay_rate_pow(fstate.count - decay_offset, decay_rate)).astype(jnp.float32)
         e = as_value(eps).astype(jnp.float32)
         tau = None if clipping_threshold is None else as_value(clipping_threshold)
         per_row, per_col, b_first, dividers = [], [], [], []
-        for i in picked:
+        moments = factored_second_moments(
+            [(g_leaves[i], rows[i], cols[i], dims_of(p_leaves[i])) for i in picked], beta, e
+        )
+        for i, (new_row, new_col, row_factor, col_factor, sum_sq) in zip(picked, moments, strict=True):
             dims = dims_of(p_leaves[i])
-            assert dims is not None  # the picked leaves are the factored matrices
-            new_rows[i], new_cols[i], row_factor, col_factor = factored_moments(
-                g_leaves[i], rows[i], cols[i], beta, e, dims
-            )
+            assert dims is not None  # kernel_leaves picked factored leaves only
+            new_rows[i], new_cols[i] = new_row, new_col
             new_vs[i] = jnp.zeros((1,), vs[i].dtype)
             # the normalized factor (row_factor) is per column where the statistic it normalizes averages axis 0
             first = dims[1] == 0
             per_row.append(col_factor if first else row_factor)
             per_col.append(row_factor if first else col_factor)
             b_first.append(first)
-            dividers.append(
-                None if tau is None else factored_clip_divisor(g_leaves[i], row_factor, col_factor, dims, tau)
-            )
+            dividers.append(None if tau is None else clip_divisor(sum_sq / g_leaves[i].size, tau))
         if ps_tx is None:
             param_scales = [None] * len(picked)
         else:

@@ -152,12 +152,18 @@ def factored_moments(gc, v_row, v_col, b, ec, dims):
     col_mean = jnp.mean(abs_sq(2.0 * gc) * 0.25, axis=d1) + ec  # (2g)^2 / 4: power-of-two scalings, exact
     new_row = (b * v_row.astype(dtype) + (1.0 - b) * row_mean).astype(v_row.dtype)
     new_col = (b * v_col.astype(dtype) + (1.0 - b) * col_mean).astype(v_col.dtype)
+    return (new_row, new_col, *factors_of(new_row, new_col, dtype, dims))
+
+
+def factors_of(new_row, new_col, dtype, dims):
+    """The row and column factors of the update from the new statistics (:func:`factored_moments`)."""
+    d1, d0 = dims
     row = new_row.astype(dtype)
     col = new_col.astype(dtype)
     reduced_d1 = d1 - 1 if d1 > d0 else d1
     row_factor = (row / jnp.mean(row, axis=reduced_d1, keepdims=True)) ** -0.5  # the shape without d0
     col_factor = col**-0.5  # the shape without d1
-    return new_row, new_col, row_factor, col_factor
+    return row_factor, col_factor
 
 
 def clip_divisor(mean_sq: jax.Array, tau: jax.Array) -> jax.Array:
@@ -171,9 +177,91 @@ def factored_clip_divisor(gc, row_factor, col_factor, dims, tau):
     reduced from ``gc`` and the factors without forming the update:
     ``sum |g r c|^2 = sum_{not d0} r^2 sum_{d0} |g|^2 c^2`` (no broadcast of ``r``, no array shared with the update).
     """
+    return clip_divisor(factored_sum_sq(gc, row_factor, col_factor, dims) / gc.size, tau)
+
+
+def factored_sum_sq(gc, row_factor, col_factor, dims):
+    """``sum |g r c|^2`` of the factored update (:func:`factored_clip_divisor`)."""
     d1, d0 = dims
     inner = jnp.sum(jnp.abs(gc) * jnp.expand_dims(jnp.square(col_factor), axis=d1) * jnp.abs(gc), axis=d0)
-    return clip_divisor(jnp.sum(inner * jnp.square(row_factor)) / gc.size, tau)
+    return jnp.sum(inner * jnp.square(row_factor))
+
+
+def _kernel_takes(g, v_row, v_col, dims) -> bool:
+    """Whether the CPU kernel can take this factored leaf: float32 gradient and statistics, not empty, its factored
+    axes its last two."""
+    nd = np.ndim(g)
+    f32 = jnp.dtype(jnp.float32)
+    return (
+        dims is not None
+        and set(dims) == {nd - 2, nd - 1}
+        and np.size(g) > 0
+        and all(jnp.dtype(x.dtype) == f32 for x in (g, v_row, v_col))
+    )
+
+
+def _kernel_applies() -> bool:
+    """Whether the CPU kernel takes this step's float32 matrices: CPU backend, no x64, whole arrays (not under a
+    GSPMD-partitioned ``jit``), kernels built (``gradax.fused``'s ``kernel_applies``)."""
+    from ..fused._common import kernel_applies  # gradax.fused imports optimizers
+
+    return kernel_applies()
+
+
+def _kernel_moments(rows: list, hyper: tuple, dims: tuple) -> list:
+    """:func:`factored_moments` and :func:`factored_sum_sq` of each ``(g, v_row, v_col)`` of ``rows`` (float32,
+    factored on their last two axes ``dims[i]``), the statistics and the sum by gradax's CPU kernel
+    (``fused_factored.c``: one pass over g, where XLA takes three), the factors from them in jnp. Returns
+    ``(new_row, new_col, row_factor, col_factor, sum_sq)`` per row."""
+    from .. import _kernels
+
+    b, ec = (jnp.asarray(x, jnp.float32) for x in hyper)
+    scalars = jnp.stack([dict(decay=b, one_minus_decay=1.0 - b, eps=ec)[k] for k in _kernels.FACTORED_SCALARS])
+    # the kernel's row statistic is the mean over the last axis: v_row where that axis is d0 (the largest)
+    last = [d[1] == np.ndim(g) - 1 for (g, _, _), d in zip(rows, dims, strict=True)]
+    per_row = [vr if is_last else vc for (_, vr, vc), is_last in zip(rows, last, strict=True)]
+    per_col = [vc if is_last else vr for (_, vr, vc), is_last in zip(rows, last, strict=True)]
+    new_r, new_c, sums = _kernels.factored_moments(scalars, last, [g for g, _, _ in rows], per_row, per_col)
+    out = []
+    for is_last, r, c, total, d in zip(last, new_r, new_c, sums, dims, strict=True):
+        new_row, new_col = (r, c) if is_last else (c, r)
+        out.append((new_row, new_col, *factors_of(new_row, new_col, jnp.float32, d), total))
+    return out
+
+
+def _reference_moments(rows: list, hyper: tuple, dims: tuple) -> list:
+    """:func:`_kernel_moments` in jnp: its batching and derivatives."""
+    b, ec = hyper
+    out = []
+    for (g, vr, vc), d in zip(rows, dims, strict=True):
+        new_row, new_col, rf, cf = factored_moments(g, vr, vc, b, ec, d)
+        out.append((new_row, new_col, rf, cf, factored_sum_sq(g, rf, cf, d)))
+    return out
+
+
+def factored_second_moments(leaves: list, b, ec) -> list:
+    """:func:`factored_moments` and :func:`factored_sum_sq` of each ``(gc, v_row, v_col, dims)`` of ``leaves``:
+    ``(new_row, new_col, row_factor, col_factor, sum_sq)`` each (``sum_sq``: of the unclipped update). Where the
+    CPU kernel runs (float32 leaves factored on their last two axes), their statistics and sums come from it, in one
+    call for all of them (the sums in another order than XLA's: float32 rounding); the other leaves in jnp.
+    ``update`` and ``gradax.fused.adafactor``'s ``step`` both take their factored leaves through here."""
+    from ..fused._common import with_reference  # gradax.fused imports optimizers
+
+    out: list = [None] * len(leaves)
+    taken = [k for k, (g, vr, vc, d) in enumerate(leaves) if _kernel_takes(g, vr, vc, d)]
+    if taken and _kernel_applies():
+        rows = [tuple(leaves[k][:3]) for k in taken]
+        dims = tuple(leaves[k][3] for k in taken)
+        run = with_reference(
+            lambda r, h, _: _kernel_moments(r, h, dims), lambda r, h, _: _reference_moments(r, h, dims)
+        )
+        for k, result in zip(taken, run(rows, (b, ec), ()), strict=True):
+            out[k] = result
+    for k, (g, vr, vc, d) in enumerate(leaves):
+        if out[k] is None:
+            new_row, new_col, rf, cf = factored_moments(g, vr, vc, b, ec, d)
+            out[k] = (new_row, new_col, rf, cf, factored_sum_sq(g, rf, cf, d))
+    return out
 
 
 def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, epsilon, decay_rate_fn, clip):
@@ -228,7 +316,28 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
             out, new_row, new_col = restore(out, new_row, new_col)
             return out.astype(g.dtype), new_row, new_col, jnp.zeros((1,), v.dtype)
 
-        new_updates, v_row, v_col, v = map_n(4, leaf, updates, state.v_row, state.v_col, state.v)
+        def by_kernel(g, v, dims, moments):
+            new_row, new_col, row_factor, col_factor, sum_sq = moments
+            d1, d0 = dims
+            out = g * jnp.expand_dims(row_factor, axis=d0) * jnp.expand_dims(col_factor, axis=d1)
+            if tau is not None:
+                out = out / clip_divisor(sum_sq / g.size, tau)
+            return out, new_row, new_col, jnp.zeros((1,), v.dtype)
+
+        leaves, treedef = jax.tree.flatten(updates)
+        rows = [list(x) for x in zip(leaves, *(treedef.flatten_up_to(t) for t in (state.v_row, state.v_col, state.v)))]
+        dims = [factored_dims(tuple(np.shape(g)), factored, min_dim_size_to_factor) for g in leaves]
+        picked = [k for k, (g, vr, vc, _) in enumerate(rows) if _kernel_takes(g, vr, vc, dims[k])]
+        outs: list = [None] * len(rows)
+        if picked and _kernel_applies():
+            f32 = jnp.float32
+            moments = factored_second_moments(
+                [(*rows[k][:3], dims[k]) for k in picked], beta.astype(f32), e.astype(f32)
+            )
+            for k, m in zip(picked, moments, strict=True):
+                outs[k] = by_kernel(rows[k][0], rows[k][3], dims[k], m)
+        outs = [leaf(*row) if o is None else o for o, row in zip(outs, rows, strict=True)]
+        new_updates, v_row, v_col, v = (treedef.unflatten([o[i] for o in outs]) for i in range(4))
         count = safe_int32_increment(state.count)
         return new_updates, FactoredState(count=count, v_row=v_row, v_col=v_col, v=v)
 

@@ -1,14 +1,18 @@
-/* CAME's statistics of its factored matrices (gradax.contrib.scale_by_came), called from XLA through its FFI.
+/* The factored second moments of Adafactor (gradax.adafactor's scale_by_factored_rms) and CAME
+ * (gradax.contrib.scale_by_came) on float32 matrices, called from XLA through its FFI.
  *
- * XLA:CPU cannot share one pass over a matrix between a reduction along rows and one along columns, so
+ * Adafactor (gradax_factored_moments, at the end of the file): XLA alone reads g three times for the row means, the
+ * column means and the clipping sum; pass A below does all three in one reading. CAME (gradax_came_matrices):
+ * XLA:CPU cannot share one pass over a matrix between a reduction along rows and one along columns, and
  * scale_by_came's step in XLA alone reads g six times and m four (the row and column means of g^2, the clipping
  * sum, the new momentum, the two instability means, the update). Here each matrix goes through two passes, the
  * second reading the g the first just read, still in the cache:
  *   A. (reads g) per row i the mean of g^2, so r_i' = b2 r_i + (1-b2)(mean + eps1) at once; per column, partial
  *      sums of g^2 and of g^2 / r_i'. Then c_j' = b2 c_j + (1-b2)(colmean + eps1), and the update's sum of squares
  *      sum_ij (g_ij rf_i cf_j)^2 = mean(r') sum_j (1 / c_j') sum_i g_ij^2 / r_i', with rf_i = (r_i' / mean(r'))^-1/2
- *      and cf_j = c_j'^-1/2 the factors, without a second reading of g. Once every matrix of the leaf is through
- *      pass A, rf is divided by the leaf's clipping max(1, RMS(u) / d).
+ *      and cf_j = c_j'^-1/2 the factors, without a second reading of g (mean(c') in place of mean(r') where the
+ *      column statistic is the one divided by its mean: Adafactor on a matrix taller than wide). For CAME, once
+ *      every matrix of the leaf is through pass A, rf is divided by the leaf's clipping max(1, RMS(u) / d).
  *   B. (reads g and m, writes m) u = (g rf_i) cf_j, m' = b1 m + (1-b1) u, and the instability (u - m')^2: its row
  *      means give R_i' = b3 R_i + (1-b3)(mean + eps2) at once, its column sums C_j' after the pass.
  * The update, m' (R_i' / mean(R'))^-1/2 C_j'^-1/2, is left to XLA, which fuses it with the rest of the step (weight
@@ -49,13 +53,15 @@ struct Matrix {
     double* acc;  /* [parts][3][C] the column sums of g^2, of g^2 / r', of the instability */
     float* blk;   /* [parts][3][C] their float32 block sums */
     double* sums; /* [parts] the sum of r' over the part's rows */
-    double sum_sq; /* of the update before clipping */
+    int normalize_rows; /* 1: the row statistic is the one divided by its mean (CAME; Adafactor where R <= C) */
+    double sum_sq;      /* of the update before clipping */
     float mean_vr, clip;
 };
 
 typedef struct Came Came;
 struct Came {
     float s[NCM];
+    int passes; /* 2: CAME's step; 1: pass A alone (Adafactor's second moment, gradax_factored_moments) */
     Matrix* mats;
     struct Leaf* leaves;
     int64_t* order; /* the leaves taken whole, largest first */
@@ -153,11 +159,12 @@ GRADAX_FMA_VARIANTS(pass_a, pass_a_body, (const float* s, Matrix* M, int k, int6
 GRADAX_FMA_VARIANTS(pass_b, pass_b_body, (const float* s, Matrix* M, int k, int64_t i0, int64_t i1),
                     (s, M, k, i0, i1))
 
-/* After pass A over a matrix: the column statistic and factor, mean(r'), the sum of squares of the update. */
+/* After pass A over a matrix: the column statistic and factor, mean(r'), and the sum of squares of the update
+ * (g / sqrt(r' c' / mean(the normalized one)), before clipping). */
 static void after_a(const float* s, Matrix* M) {
     const int64_t R = M->R, C = M->C;
     const float b2 = s[CM_B2], omb2 = s[CM_ONE_MINUS_B2], e1 = s[CM_EPS1];
-    double rows = 0.0, sum_sq = 0.0;
+    double rows = 0.0, cols = 0.0, sum_sq = 0.0;
     for (int k = 0; k < M->parts; ++k) rows += M->sums[k];
     M->mean_vr = (float)(rows / (double)R);
     for (int64_t j = 0; j < C; ++j) {
@@ -170,8 +177,9 @@ static void after_a(const float* s, Matrix* M) {
         M->vc[j] = c;
         M->cf[j] = 1.0f / sqrtf(c);
         sum_sq += w / (double)c;
+        cols += (double)c;
     }
-    M->sum_sq = sum_sq * (double)M->mean_vr;
+    M->sum_sq = sum_sq * (M->normalize_rows ? (double)M->mean_vr : cols / (double)C);
 }
 
 /* Once every matrix of a leaf is through pass A: the leaf's clipping divisor max(1, RMS(u) / d), over the whole
@@ -215,6 +223,7 @@ static void whole_run(Job* job, int part, int64_t index, int64_t lo, int64_t hi)
         a->pass_a(a->s, &first[b], 0, 0, first[b].R);
         after_a(a->s, &first[b]);
     }
+    if (a->passes == 1) return;
     clip_leaf(a->s, first, L->B);
     for (int64_t b = 0; b < L->B; ++b) {
         a->pass_b(a->s, &first[b], 0, 0, first[b].R);
@@ -291,32 +300,25 @@ static int matrices_of(const XLA_FFI_Buffer* g, int64_t* B, int64_t* R, int64_t*
     return 1;
 }
 
-XLA_FFI_Error* gradax_came_matrices(XLA_FFI_CallFrame* frame) {
-    if (answer_metadata(frame)) return NULL;
-    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-    int64_t nargs = frame->args.size;
-    if (nargs < 1 || (nargs - 1) % 6 != 0 || frame->rets.size != 5 * ((nargs - 1) / 6))
-        return make_error(frame, "gradax_came_matrices: expected 1 + 6n operands and 5n results");
-    const int64_t n = (nargs - 1) / 6;
-    void** args = frame->args.args;
-    void** rets = frame->rets.rets;
-    for (int64_t i = 0; i < nargs; ++i)
-        if (!is_buffer(frame, i)) return make_error(frame, "gradax_came_matrices: operands must be buffers");
-    const XLA_FFI_Buffer* sb = args[0];
-    if (sb->dtype != XLA_FFI_DataType_F32 || num_elements(sb) != NCM)
-        return make_error(frame, "gradax_came_matrices: expected float32[NCM] scalars");
+/* A leaf's buffers: g [..., R, C] (its operand), and where the results are (in place): m (NULL for pass A alone),
+ * the row and column statistics, the instability's (NULL for pass A alone). */
+typedef struct LeafIn LeafIn;
+struct LeafIn {
+    const XLA_FFI_Buffer* g;
+    float *m, *vr, *vc, *rr, *rc;
+    int normalize_rows;
+};
+
+/* Runs `passes` (2: CAME, 1: pass A alone) over the n leaves of `in` with the step scalars `s` (enum CameScalar);
+ * with `sum_sq` (float32[n]), each leaf's sum of squares of the update before clipping there. */
+static XLA_FFI_Error* run_leaves(XLA_FFI_CallFrame* frame, const char* oom, const float* s, int passes,
+                                 const LeafIn* in, int64_t n, float* sum_sq) {
     int threads = pool_threads(frame);
     if (threads > MAX_PARTS) threads = MAX_PARTS;
     int64_t count = 0, scratch = 0;
     for (int64_t i = 0; i < n; ++i) {
-        const XLA_FFI_Buffer* g = args[1 + i];
         int64_t B, R, C;
-        const int64_t r = g->rank;
-        if (!matrices_of(g, &B, &R, &C) || !shaped(g, r, g->dims, C) || !shaped(args[1 + n + i], r, g->dims, C) ||
-            !shaped(args[1 + 2 * n + i], r - 1, g->dims, R) || !shaped(args[1 + 3 * n + i], r - 1, g->dims, C) ||
-            !shaped(args[1 + 4 * n + i], r - 1, g->dims, R) || !shaped(args[1 + 5 * n + i], r - 1, g->dims, C))
-            return make_error(frame, "gradax_came_matrices: expected float32 g and m [..., R, C], row statistics "
-                                     "[..., R] and column statistics [..., C]");
+        matrices_of(in[i].g, &B, &R, &C);
         const int parts = parts_per_matrix(B, R, C, threads);
         count += B;
         scratch += B * (C * (int64_t)sizeof(float) + parts * 3 * C * (int64_t)(sizeof(double) + sizeof(float)) +
@@ -328,10 +330,11 @@ XLA_FFI_Error* gradax_came_matrices(XLA_FFI_CallFrame* frame) {
     const size_t tables = (size_t)count * sizeof(Matrix) + (size_t)n * (sizeof(Leaf) + sizeof(int64_t));
     const size_t head = top + ((tables + 63) & ~(size_t)63), size = head + (((size_t)scratch + 63) & ~(size_t)63);
     char* block = (char*)aligned_alloc(64, size);
-    if (block == NULL) return make_error(frame, "gradax_came_matrices: out of memory");
+    if (block == NULL) return make_error(frame, oom);
     memset(block, 0, size);
     Came* a = (Came*)block;
-    memcpy(a->s, data_of(args[0]), sizeof(a->s));
+    memcpy(a->s, s, sizeof(a->s));
+    a->passes = passes;
     a->mats = (Matrix*)(block + top);
     a->leaves = (Leaf*)(block + top + (size_t)count * sizeof(Matrix));
     a->order = (int64_t*)(block + top + (size_t)count * sizeof(Matrix) + (size_t)n * sizeof(Leaf));
@@ -340,24 +343,20 @@ XLA_FFI_Error* gradax_came_matrices(XLA_FFI_CallFrame* frame) {
     char* cursor = block + head;
     int64_t at = 0, whole = 0;
     for (int64_t i = 0; i < n; ++i) {
-        const XLA_FFI_Buffer* gb = args[1 + i];
+        const LeafIn* x = &in[i];
         int64_t B, R, C;
-        matrices_of(gb, &B, &R, &C);
+        matrices_of(x->g, &B, &R, &C);
         const int64_t size = B * R * C;
-        float* m = in_place(data_of(args[1 + n + i]), data_of(rets[i]), size, sizeof(float));
-        float* vr = in_place(data_of(args[1 + 2 * n + i]), data_of(rets[n + i]), B * R, sizeof(float));
-        float* vc = in_place(data_of(args[1 + 3 * n + i]), data_of(rets[2 * n + i]), B * C, sizeof(float));
-        float* rr = in_place(data_of(args[1 + 4 * n + i]), data_of(rets[3 * n + i]), B * R, sizeof(float));
-        float* rc = in_place(data_of(args[1 + 5 * n + i]), data_of(rets[4 * n + i]), B * C, sizeof(float));
         const int parts = parts_per_matrix(B, R, C, threads);
         const int split = split_leaf(B, R, C, threads);
         a->leaves[i] = (Leaf){at, size == 0 ? 0 : B, split, parts};
         for (int64_t b = 0; b < B; ++b, ++at) {
             Matrix* M = &a->mats[at];
-            M->g = (const float*)gb->data + b * R * C;
-            M->m = m + b * R * C;
-            M->vr = vr + b * R, M->rr = rr + b * R, M->vc = vc + b * C, M->rc = rc + b * C;
-            M->R = R, M->C = C, M->parts = parts;
+            M->g = (const float*)x->g->data + b * R * C;
+            M->m = x->m ? x->m + b * R * C : NULL;
+            M->vr = x->vr + b * R, M->vc = x->vc + b * C;
+            M->rr = x->rr ? x->rr + b * R : NULL, M->rc = x->rc ? x->rc + b * C : NULL;
+            M->R = R, M->C = C, M->parts = parts, M->normalize_rows = x->normalize_rows;
             M->cf = (float*)cursor, cursor += C * sizeof(float);
             cursor = (char*)(((uintptr_t)cursor + 63) & ~(uintptr_t)63);
             M->acc = (double*)cursor, cursor += parts * 3 * C * sizeof(double);
@@ -378,16 +377,116 @@ XLA_FFI_Error* gradax_came_matrices(XLA_FFI_CallFrame* frame) {
         const Leaf* L = &a->leaves[i];
         if (L->B == 0 || !L->split) continue;
         Matrix* first = &a->mats[L->first];
-        for (int pass = 0; pass < 2 && !failed; ++pass) {
+        for (int pass = 0; pass < passes && !failed; ++pass) {
             const Split t = {a, first, L->parts, pass};
             failed = run_parts(frame, L->B * L->parts, threads, &t, sizeof(t), split_run) != 0;
             for (int64_t b = 0; b < L->B && !failed; ++b) {
                 if (pass == 0) after_a(a->s, &first[b]);
                 else after_b(a->s, &first[b]);
             }
-            if (pass == 0) clip_leaf(a->s, first, L->B);
+            if (pass == 0 && passes > 1) clip_leaf(a->s, first, L->B);
         }
     }
+    for (int64_t i = 0; i < n && sum_sq != NULL && !failed; ++i) {
+        const Leaf* L = &a->leaves[i];
+        double total = 0.0;
+        for (int64_t b = 0; b < L->B; ++b) total += a->mats[L->first + b].sum_sq;
+        sum_sq[i] = (float)total;
+    }
     free(block);
-    return failed ? make_error(frame, "gradax_came_matrices: out of memory") : NULL;
+    return failed ? make_error(frame, oom) : NULL;
+}
+
+/* Whether the n operands from `first` on are buffers. */
+static int buffers(const XLA_FFI_CallFrame* frame, int64_t first, int64_t n) {
+    for (int64_t i = first; i < first + n; ++i)
+        if (!is_buffer(frame, i)) return 0;
+    return 1;
+}
+
+XLA_FFI_Error* gradax_came_matrices(XLA_FFI_CallFrame* frame) {
+    if (answer_metadata(frame)) return NULL;
+    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+    int64_t nargs = frame->args.size;
+    if (nargs < 1 || (nargs - 1) % 6 != 0 || frame->rets.size != 5 * ((nargs - 1) / 6))
+        return make_error(frame, "gradax_came_matrices: expected 1 + 6n operands and 5n results");
+    const int64_t n = (nargs - 1) / 6;
+    void** args = frame->args.args;
+    void** rets = frame->rets.rets;
+    if (!buffers(frame, 0, nargs)) return make_error(frame, "gradax_came_matrices: operands must be buffers");
+    const XLA_FFI_Buffer* sb = args[0];
+    if (sb->dtype != XLA_FFI_DataType_F32 || num_elements(sb) != NCM)
+        return make_error(frame, "gradax_came_matrices: expected float32[NCM] scalars");
+    LeafIn* in = (LeafIn*)calloc((size_t)(n > 0 ? n : 1), sizeof(LeafIn));
+    if (in == NULL) return make_error(frame, "gradax_came_matrices: out of memory");
+    for (int64_t i = 0; i < n; ++i) {
+        const XLA_FFI_Buffer* g = args[1 + i];
+        int64_t B, R, C;
+        const int64_t r = g->rank;
+        if (!matrices_of(g, &B, &R, &C) || !shaped(g, r, g->dims, C) || !shaped(args[1 + n + i], r, g->dims, C) ||
+            !shaped(args[1 + 2 * n + i], r - 1, g->dims, R) || !shaped(args[1 + 3 * n + i], r - 1, g->dims, C) ||
+            !shaped(args[1 + 4 * n + i], r - 1, g->dims, R) || !shaped(args[1 + 5 * n + i], r - 1, g->dims, C)) {
+            free(in);
+            return make_error(frame, "gradax_came_matrices: expected float32 g and m [..., R, C], row statistics "
+                                     "[..., R] and column statistics [..., C]");
+        }
+        in[i].g = g;
+        in[i].m = in_place(data_of(args[1 + n + i]), data_of(rets[i]), B * R * C, sizeof(float));
+        in[i].vr = in_place(data_of(args[1 + 2 * n + i]), data_of(rets[n + i]), B * R, sizeof(float));
+        in[i].vc = in_place(data_of(args[1 + 3 * n + i]), data_of(rets[2 * n + i]), B * C, sizeof(float));
+        in[i].rr = in_place(data_of(args[1 + 4 * n + i]), data_of(rets[3 * n + i]), B * R, sizeof(float));
+        in[i].rc = in_place(data_of(args[1 + 5 * n + i]), data_of(rets[4 * n + i]), B * C, sizeof(float));
+        in[i].normalize_rows = 1;
+    }
+    XLA_FFI_Error* err = run_leaves(frame, "gradax_came_matrices: out of memory", data_of(args[0]), 2, in, n, NULL);
+    free(in);
+    return err;
+}
+
+/* Adafactor's factored second moment (gradax.adafactor's scale_by_factored_rms): pass A alone.
+ *   args[0]      float32[NFM] step scalars (enum FactoredScalar, fused_scalars.h)
+ *   args[1]      float32[n]: 1 where leaf i's normalized statistic (divided by its mean) is the row one, [..., R]
+ *   args[2+i]    g [..., R, C],  args[2+n+i] row statistic [..., R],  args[2+2n+i] column statistic [..., C]
+ *   rets[i]      the new row statistic, rets[n+i] the new column statistic (aliased: in place);
+ *   rets[2n]     float32[n]: each leaf's sum of squares of g / sqrt(r' c' / mean(the normalized one)), for the
+ *                clipping. */
+XLA_FFI_Error* gradax_factored_moments(XLA_FFI_CallFrame* frame) {
+    if (answer_metadata(frame)) return NULL;
+    if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+    int64_t nargs = frame->args.size;
+    if (nargs < 2 || (nargs - 2) % 3 != 0 || frame->rets.size != 2 * ((nargs - 2) / 3) + 1)
+        return make_error(frame, "gradax_factored_moments: expected 2 + 3n operands and 2n + 1 results");
+    const int64_t n = (nargs - 2) / 3;
+    void** args = frame->args.args;
+    void** rets = frame->rets.rets;
+    if (!buffers(frame, 0, nargs)) return make_error(frame, "gradax_factored_moments: operands must be buffers");
+    const XLA_FFI_Buffer *sb = args[0], *flags = args[1], *out = rets[2 * n];
+    if (sb->dtype != XLA_FFI_DataType_F32 || num_elements(sb) != NFM || flags->dtype != XLA_FFI_DataType_F32 ||
+        num_elements(flags) != n || out->dtype != XLA_FFI_DataType_F32 || num_elements(out) != n)
+        return make_error(frame, "gradax_factored_moments: expected float32[NFM] scalars, float32[n] flags and "
+                                 "a float32[n] result");
+    float s[NCM] = {0};
+    const float* f = data_of(args[0]);
+    s[CM_B2] = f[FM_DECAY], s[CM_ONE_MINUS_B2] = f[FM_ONE_MINUS_DECAY], s[CM_EPS1] = f[FM_EPS];
+    LeafIn* in = (LeafIn*)calloc((size_t)(n > 0 ? n : 1), sizeof(LeafIn));
+    if (in == NULL) return make_error(frame, "gradax_factored_moments: out of memory");
+    for (int64_t i = 0; i < n; ++i) {
+        const XLA_FFI_Buffer* g = args[2 + i];
+        int64_t B, R, C;
+        const int64_t r = g->rank;
+        if (!matrices_of(g, &B, &R, &C) || !shaped(g, r, g->dims, C) ||
+            !shaped(args[2 + n + i], r - 1, g->dims, R) || !shaped(args[2 + 2 * n + i], r - 1, g->dims, C)) {
+            free(in);
+            return make_error(frame, "gradax_factored_moments: expected float32 g [..., R, C], row statistics "
+                                     "[..., R] and column statistics [..., C]");
+        }
+        in[i].g = g;
+        in[i].vr = in_place(data_of(args[2 + n + i]), data_of(rets[i]), B * R, sizeof(float));
+        in[i].vc = in_place(data_of(args[2 + 2 * n + i]), data_of(rets[n + i]), B * C, sizeof(float));
+        in[i].normalize_rows = data_of(args[1])[i] != 0.0f;
+    }
+    XLA_FFI_Error* err =
+        run_leaves(frame, "gradax_factored_moments: out of memory", s, 1, in, n, data_of(rets[2 * n]));
+    free(in);
+    return err;
 }

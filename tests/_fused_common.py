@@ -1,10 +1,12 @@
-"""Helpers shared by the gradax.fused tests: steps taken through ``step`` or through ``update`` + ``apply_updates``,
-and the check that ``step`` raises ``update``'s own error."""
+"""Helpers shared by the tests of gradax's CPU kernels: steps taken through ``step`` or through ``update`` +
+``apply_updates``, a float32 trajectory of ``update`` + ``apply_updates``, and the check that ``step`` raises
+``update``'s own error."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import gradax
@@ -24,6 +26,25 @@ def run_steps(opt, params, grads, steps, fused, *, state=None, shrink=0.2):
     for k in range(steps):
         params, state = one(params, state, jax.tree.map(lambda x, k=k: (x * (1.0 - shrink * k)).astype(x.dtype), grads))
     return params, state
+
+
+def trajectory(tx, params, grads, lib=gradax):
+    """The params after each of the steps of ``grads`` (a list of trees; float32 arrays), each step one jitted
+    ``update`` + ``apply_updates`` of ``lib`` (gradax, or Optax as an oracle): a list of trees of NumPy arrays, and
+    the final state."""
+    p = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
+    state = tx.init(p)
+
+    @jax.jit
+    def step(p, s, g):
+        u, s = tx.update(g, s, p)
+        return lib.apply_updates(p, u), s
+
+    out = []
+    for g in grads:
+        p, state = step(p, state, jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), g))
+        out.append(jax.tree.map(np.asarray, p))
+    return out, state
 
 
 def check_usual_error(opt):

@@ -16,6 +16,7 @@ import pytest
 import gradax
 from gradax import _kernels
 from gradax.contrib import _came
+from tests._fused_common import trajectory
 
 from ._torch_reference import problem, run_torch
 
@@ -24,23 +25,6 @@ pytestmark = pytest.mark.skipif(not _kernels.load().available, reason="gradax's 
 SMALL = {"w": (37, 53), "t": (3, 5, 7), "u": (1, 4, 9), "x": (2, 1, 3, 4), "col": (5, 1), "row": (1, 6), "b": (6,)}
 # split by rows (one matrix of 1.1M elements), split by matrix (three of 360k)
 LARGE = {"rows": (1100, 1000), "stack": (3, 600, 600), "w": (16, 24)}
-
-
-def _run(tx, params, grads):
-    """The float32 params after each step and the final state, each step one jitted update + apply_updates."""
-    p = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
-    state = tx.init(p)
-
-    @jax.jit
-    def step(p, s, g):
-        u, s = tx.update(g, s, p)
-        return gradax.apply_updates(p, u), s
-
-    out = []
-    for g in grads:
-        p, state = step(p, state, {k: jnp.asarray(v, jnp.float32) for k, v in g.items()})
-        out.append({k: np.asarray(v) for k, v in p.items()})
-    return out, state
 
 
 def _without_kernel(monkeypatch):
@@ -72,7 +56,7 @@ def test_the_kernel_matches_came_pytorch_to_float32(weight_decay):
     params, grads = problem(SMALL, steps=20, spikes={7: 5.0})
     params = {k: v.astype(np.float32).astype(np.float64) for k, v in params.items()}
     grads = [{k: v.astype(np.float32).astype(np.float64) for k, v in g.items()} for g in grads]
-    ours, state = _run(gradax.contrib.came(1e-2, weight_decay=weight_decay), params, grads)
+    ours, state = trajectory(gradax.contrib.came(1e-2, weight_decay=weight_decay), params, grads)
     hyper = dict(betas=(f32(0.9), f32(0.999), f32(0.9999)), eps=(f32(1e-30), f32(1e-16)))
     make = lambda ps: came_pytorch.CAME(ps, lr=f32(1e-2), weight_decay=f32(weight_decay), **hyper)
     theirs, opt = run_torch(make, params, grads)
@@ -98,9 +82,9 @@ def test_the_kernel_agrees_with_the_jnp_step(shapes, monkeypatch):
     tx = gradax.contrib.came(1e-2, weight_decay=0.05)
     if shapes is LARGE:
         assert _calls(tx, {k: jnp.ones(s, jnp.float32) for k, s in shapes.items()}) == 1
-    with_kernel, s_kernel = _run(tx, params, grads)
+    with_kernel, s_kernel = trajectory(tx, params, grads)
     _without_kernel(monkeypatch)
-    in_jnp, s_jnp = _run(tx, params, grads)
+    in_jnp, s_jnp = trajectory(tx, params, grads)
     for i, (a, b) in enumerate(zip(with_kernel, in_jnp, strict=True)):
         for k in a:
             np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-6, err_msg=f"step {i + 1}, leaf {k!r}")

@@ -16,6 +16,7 @@ import pytest
 import gradax
 from gradax import _kernels
 from gradax.optimizers import _adafactor
+from tests._fused_common import trajectory
 
 optax = pytest.importorskip("optax")
 
@@ -44,20 +45,8 @@ def _grads(shapes, steps, seed=0):
 
 
 def _run(lib, shapes, steps, **kwargs):
-    params = {k: jnp.asarray(np.random.default_rng(9).normal(size=s), jnp.float32) for k, s in shapes.items()}
-    tx = lib.adafactor(**kwargs)
-    state = tx.init(params)
-
-    @jax.jit
-    def step(p, s, g):
-        u, s = tx.update(g, s, p)
-        return lib.apply_updates(p, u), s
-
-    out = []
-    for g in _grads(shapes, steps):
-        params, state = step(params, state, jax.tree.map(jnp.asarray, g))
-        out.append(jax.tree.map(np.asarray, params))
-    return out, state
+    params = {k: np.random.default_rng(9).normal(size=s) for k, s in shapes.items()}
+    return trajectory(lib.adafactor(**kwargs), params, _grads(shapes, steps), lib)
 
 
 def _calls(tx, params) -> int:

@@ -429,9 +429,15 @@ def adafactor_matrices(scalars: jax.Array, params: list, grads: list, row_factor
     float32[R] and the per-column factor float32[C] of ``row_factors`` and ``col_factors``, each ``x`` or ``y`` as
     leaf ``i``'s row of ``scalars`` says).
 
-    ``scalars`` is float32[n, len(ADAFACTOR_SCALARS)], a row per leaf. The results alias the params."""
+    ``scalars`` is float32[n, len(ADAFACTOR_SCALARS)], a row per leaf. The results alias the params.
+
+    One call per leaf: XLA then runs each leaf's parameter RMS and this pass close together, the parameters still in
+    the cache for the second reading (calls of 32 leaves came after all their RMS reductions: the step at full GPT-2
+    size 1.16x ``update`` + ``apply_updates``'s, against 1.01-1.04x now)."""
     head = lambda part: (scalars[part],)
-    return _call_per_leaves("gradax_adafactor_matrices", head, [params, grads, row_factors, col_factors], [0])[0]
+    groups = [params, grads, row_factors, col_factors]
+    (new_params,) = _call_per_leaves("gradax_adafactor_matrices", head, groups, [0], size=1)
+    return new_params
 
 
 def mars_step(

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
+from . import _kernels
 from ._checks import argument_error, check_int
 from ._numerics import abs_sq
 
@@ -167,15 +168,12 @@ _KERNEL_MAX_SIDE = 1024
 
 def _kernel_root_applies(matrix: jax.Array) -> bool:
     """Whether :func:`matrix_inverse_pth_root` runs in the CPU kernel: a float32 matrix of side at most 1,024, on a
-    CPU with AVX-512, with the kernels built, outside a GSPMD-partitioned ``jit`` (``gradax.fused``'s
-    ``kernel_applies``)."""
-    from . import _kernels
-    from .fused._common import kernel_applies  # gradax.fused imports the optimizers, which import this module
-
+    CPU with AVX-512, with the kernels built, outside a GSPMD-partitioned ``jit``
+    (:func:`gradax._kernels.kernel_applies`)."""
     return (
         matrix.dtype == jnp.float32
         and matrix.shape[-1] <= _KERNEL_MAX_SIDE
-        and kernel_applies()
+        and _kernels.kernel_applies()
         and _kernels.avx512_available()
     )
 
@@ -195,7 +193,6 @@ def _kernel_inverse_pth_root(matrix, p, num_iters, ridge_epsilon, error_toleranc
     """:func:`matrix_inverse_pth_root` by the CPU kernel (``_kernels/fused_inverse_root.c``: the same steps, each
     matrix in the cache, half of each product's blocks by symmetry), batched by the kernel under ``vmap`` and
     differentiated as the XLA iteration."""
-    from . import _kernels
 
     @jax.custom_jvp
     def roots(matrix, params):

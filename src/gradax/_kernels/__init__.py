@@ -25,8 +25,10 @@ import stat
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -297,6 +299,58 @@ def load() -> KernelStatus:
 LEAVES_PER_CALL = 32
 
 
+# When a kernel takes a step, and how it gets vmap and autodiff: here, where gradax.fused, the optimizers, contrib
+# and the linear algebra all import them without a cycle.
+
+
+def one_device_view() -> bool:
+    """Whether the step sees whole arrays of one device: a single-device process, or inside ``shard_map`` over every
+    mesh axis (local shards). Under a GSPMD-partitioned ``jit`` the kernel (an opaque custom call) would make XLA
+    gather every operand onto each device, so the step is left to XLA there."""
+    if jax.device_count() == 1:
+        return True
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and set(mesh.axis_names) == set(mesh.manual_axes)
+
+
+def kernel_applies() -> bool:
+    """Whether a CPU kernel can take this step: CPU backend, no x64, whole arrays, kernels built."""
+    return (
+        jax.default_backend() == "cpu"
+        and not jax.config.jax_enable_x64  # pyrefly: ignore[missing-attribute] - a flag made at run time
+        and one_device_view()
+        and load().available
+    )
+
+
+def with_reference(kernel: Callable, reference: Callable) -> Callable:
+    """``kernel(params, state, grads)``, batched by ``vmap`` and differentiated as ``reference`` (the kernel is one
+    unbatched pass with no derivative of its own; the reference computes the same numbers in jnp)."""
+
+    @jax.custom_batching.custom_vmap
+    def batchable(params: Any, state: Any, grads: Any):
+        return kernel(params, state, grads)
+
+    @batchable.def_vmap
+    def _rule(axis_size, in_batched, params, state, grads):
+        def full(x, batched):
+            return x if batched else jnp.broadcast_to(x, (axis_size, *np.shape(x)))
+
+        args = jax.tree.map(full, (params, state, grads), tuple(in_batched))
+        out = jax.vmap(reference)(*args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    @jax.custom_jvp
+    def step(params: Any, state: Any, grads: Any):
+        return batchable(params, state, grads)
+
+    @step.defjvp
+    def _jvp(primals, tangents):
+        return jax.jvp(reference, primals, tangents)
+
+    return step
+
+
 def _chunks(n: int, size: int) -> list[slice]:
     return [slice(k, min(n, k + size)) for k in range(0, n, size)]
 
@@ -477,20 +531,8 @@ def came_matrices(scalars: jax.Array, grads: list, mu: list, rows: list, cols: l
     XLA copies them first); the update itself is left to XLA (see the kernel).
 
     ``scalars`` is float32[len(CAME_SCALARS)]. Each call takes whole leaves, :data:`LEAVES_PER_CALL` at a time."""
-    _require()
     groups = [grads, mu, rows, cols, res_rows, res_cols]
-    out: list[list] = [[] for _ in groups]
-    for part in _chunks(len(grads), LEAVES_PER_CALL):
-        chunk = [group[part] for group in groups]
-        n = part.stop - part.start
-        shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for group in chunk[1:] for x in group]
-        aliases = {1 + k * n + i: (k - 1) * n + i for k in range(1, len(groups)) for i in range(n)}
-        results = jax.ffi.ffi_call("gradax_came_matrices", shapes, input_output_aliases=aliases)(
-            scalars, *(x for group in chunk for x in group)
-        )
-        for k in range(1, len(groups)):
-            out[k] += results[(k - 1) * n : k * n]
-    return tuple(out[1:])
+    return tuple(_call_per_leaves("gradax_came_matrices", lambda part: (scalars,), groups, [1, 2, 3, 4, 5]))
 
 
 def factored_moments(scalars: jax.Array, normalize_rows: list[bool], grads: list, rows: list, cols: list):

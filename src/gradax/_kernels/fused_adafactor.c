@@ -7,7 +7,7 @@
  *
  * Every reduction of the step (the row and column means of g^2 + eps, the factors, the clipping RMS, the
  * parameters' RMS) is computed in the step's program as gradax.adafactor's update computes it
- * (optimizers/_adafactor.py: factored_second_moments, whose statistics and clipping sum come from
+ * (optimizers/_adafactor.py: kernel_second_moments, whose statistics and clipping sum come from
  * gradax_factored_moments in fused_factored.c, and the parameter scale in XLA), so with the update's own roundings.
  * What is left is the one element-wise pass XLA:CPU fuses at the end of the step, made here with XLA's roundings, in
  * its order:

@@ -11,6 +11,8 @@ from .. import _kernels
 from .._base import GradientTransformation, GradientTransformationExtraArgs, MaskOrFn, ScalarOrSchedule
 from .._checks import check_decay, check_non_negative, check_positive
 from .._hyperparams import hyper_values
+from .._kernels import kernel_applies as _kernel_applies  # a module name: tests turn it off
+from .._kernels import with_reference
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from .._state import zeros_state_like
@@ -134,19 +136,9 @@ def _reference_rows(rows: list, hyper: tuple, _unused: tuple) -> list:
     return out
 
 
-def _kernel_applies() -> bool:
-    """Whether the CPU kernel takes this step's float32 matrices: CPU backend, no x64, whole arrays (not under a
-    GSPMD-partitioned ``jit``), kernels built (``gradax.fused``'s ``kernel_applies``)."""
-    from ..fused._common import kernel_applies  # gradax.fused imports contrib
-
-    return kernel_applies()
-
-
 def _update_leaves(hyper: tuple, updates, state: ScaleByCameState) -> tuple:
     """:func:`_leaf` over the tree: the factored float32 leaves by the CPU kernel where it runs (calls of whole
     leaves, batched and differentiated as the jnp code), every other leaf in jnp. Returns the seven output trees."""
-    from ..fused._common import with_reference  # gradax.fused imports contrib
-
     fields = (state.mu, state.nu_row, state.nu_col, state.nu, state.res_row, state.res_col)
     leaves, treedef = jax.tree.flatten(updates)
     rows = [list(xs) for xs in zip(leaves, *(treedef.flatten_up_to(f) for f in fields), strict=True)]

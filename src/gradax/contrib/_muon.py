@@ -193,14 +193,12 @@ def _kernel_applies(x: jax.Array, preconditioning: str, ns_dtype: Any) -> bool:
     """Whether :func:`_low_precision_newton_schulz` runs in the CPU kernel: bfloat16 products of a float32 matrix
     normalized by a norm (the iteration's first step is not special), on a CPU that has AMX or AVX-512 BF16
     (:func:`gradax._kernels.bf16_products`), with the kernels built,
-    outside a GSPMD-partitioned ``jit`` (see ``gradax.fused``'s ``kernel_applies``)."""
-    from ..fused._common import kernel_applies  # gradax.fused imports contrib
-
+    outside a GSPMD-partitioned ``jit`` (:func:`gradax._kernels.kernel_applies`)."""
     return (
         jnp.dtype(ns_dtype) == jnp.bfloat16
         and x.dtype == jnp.float32
         and preconditioning in ("frobenius", "spectral")
-        and kernel_applies()
+        and _kernels.kernel_applies()
         and _kernels.bf16_products() is not None
     )
 

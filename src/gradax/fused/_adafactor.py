@@ -17,7 +17,8 @@ from ..optimizers._adafactor import (
     clip_divisor,
     decay_rate_pow,
     factored_dims,
-    factored_second_moments,
+    kernel_second_moments,
+    kernel_takes,
 )
 from ..optimizers._adafactor import adafactor as _adafactor
 from ..optimizers._misc import scale_by_param_block_rms
@@ -62,8 +63,8 @@ def adafactor(
     float32 matrix whose second moment is factored are computed as ``update`` computes them (the row and column
     means and the clipping sum in one pass of the factored-moments kernel, the parameter RMS by XLA), and the final
     element-wise pass (read the gradient and the parameters, write the parameters in place) runs in a C kernel on
-    XLA's thread pool, with XLA's roundings and fused multiply-adds. Every other leaf goes through ``update`` itself. The results are bit for bit those of
-    ``update`` + ``apply_updates`` compiled by XLA:CPU (``tests/contract/test_extreme_gradients.py``). With
+    XLA's thread pool, with XLA's roundings and fused multiply-adds. Every other leaf goes through ``update`` itself.
+    The results are bit for bit those of ``update`` + ``apply_updates`` compiled by XLA:CPU (``tests/contract/test_extreme_gradients.py``). With
     ``momentum`` or ``weight_decay_rate``, on GPU, under a GSPMD-sharded ``jit``, under ``jax_enable_x64`` or
     without a C compiler ``step`` is ``update`` followed by ``apply_updates``, and so are ``vmap`` and autodiff.
 
@@ -116,7 +117,7 @@ def adafactor(
                 continue
             d1, d0 = dims
             if np.shape(g) == np.shape(p) and r.shape == (p.shape[1 - d0],) and c.shape == (p.shape[1 - d1],):
-                if r.dtype == c.dtype == jnp.float32:
+                if kernel_takes(g, r, c, dims):
                     picked.append(i)
         return picked
 
@@ -157,14 +158,14 @@ def adafactor(
         for out, x in zip((new_rows, new_cols, new_vs), new_sub[0][1:], strict=True):
             put(out, others, x)
 
-        # the factored matrices: every reduction as the update computes it (factored_second_moments, the parameter
+        # the factored matrices: every reduction as the update computes it (kernel_second_moments, the parameter
         # scale's transformation), so with its roundings, then the element-wise update in one kernel, matrix after
         # matrix
         beta = as_value(decay_rate_pow(fstate.count - decay_offset, decay_rate)).astype(jnp.float32)
         e = as_value(eps).astype(jnp.float32)
         tau = None if clipping_threshold is None else as_value(clipping_threshold)
         per_row, per_col, b_first, dividers = [], [], [], []
-        moments = factored_second_moments(
+        moments = kernel_second_moments(
             [(g_leaves[i], rows[i], cols[i], dims_of(p_leaves[i])) for i in picked], beta, e
         )
         for i, (new_row, new_col, row_factor, col_factor, sum_sq) in zip(picked, moments, strict=True):

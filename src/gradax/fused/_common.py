@@ -16,6 +16,9 @@ from .. import _kernels
 from .._base import GradientTransformation, Params, Updates, with_extra_args_support
 from .._fused_step import FusedGradientTransformation, Step
 from .._fused_step import fused_factory as fused_factory
+from .._kernels import kernel_applies as kernel_applies
+from .._kernels import one_device_view as one_device_view
+from .._kernels import with_reference as with_reference
 from .._update import reference_step as reference_step
 from ..transforms._adding import add_decayed_weights, skips_decay
 from ..transforms._masking import MaskedState, broadcast_prefix, resolve_mask
@@ -77,54 +80,6 @@ def kernel_status() -> _kernels.KernelStatus:
       True
     """
     return _kernels.load()
-
-
-def one_device_view() -> bool:
-    """Whether the step sees whole arrays of one device: a single-device process, or inside ``shard_map`` over every
-    mesh axis (local shards). Under a GSPMD-partitioned ``jit`` the kernel (an opaque custom call) would make XLA
-    gather every operand onto each device, so the step is left to XLA there."""
-    if jax.device_count() == 1:
-        return True
-    mesh = jax.sharding.get_abstract_mesh()
-    return not mesh.empty and set(mesh.axis_names) == set(mesh.manual_axes)
-
-
-def kernel_applies() -> bool:
-    """Whether a CPU kernel can take this step: CPU backend, no x64, whole arrays, kernels built."""
-    return (
-        jax.default_backend() == "cpu"
-        and not jax.config.jax_enable_x64  # pyrefly: ignore[missing-attribute] - a flag made at run time
-        and one_device_view()
-        and _kernels.load().available
-    )
-
-
-def with_reference(kernel: Callable, reference: Callable) -> Callable:
-    """``kernel(params, state, grads)``, batched by ``vmap`` and differentiated as ``reference`` (the kernel is one
-    unbatched pass with no derivative of its own; the reference computes the same numbers in jnp)."""
-
-    @jax.custom_batching.custom_vmap
-    def batchable(params: Any, state: Any, grads: Any):
-        return kernel(params, state, grads)
-
-    @batchable.def_vmap
-    def _rule(axis_size, in_batched, params, state, grads):
-        def full(x, batched):
-            return x if batched else jnp.broadcast_to(x, (axis_size, *np.shape(x)))
-
-        args = jax.tree.map(full, (params, state, grads), tuple(in_batched))
-        out = jax.vmap(reference)(*args)
-        return out, jax.tree.map(lambda _: True, out)
-
-    @jax.custom_jvp
-    def step(params: Any, state: Any, grads: Any):
-        return batchable(params, state, grads)
-
-    @step.defjvp
-    def _jvp(primals, tangents):
-        return jax.jvp(reference, primals, tangents)
-
-    return step
 
 
 class DecayAndRate:

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from .. import _kernels
 from .._base import (
     GradientTransformation,
     GradientTransformationExtraArgs,
@@ -18,6 +19,8 @@ from .._base import (
 )
 from .._checks import check_decay, check_int, check_non_negative, check_positive
 from .._hyperparams import as_value, hyperparam_dtype, is_schedule
+from .._kernels import kernel_applies as _kernel_applies  # a module name: tests turn it off
+from .._kernels import with_reference
 from .._maps import map_n
 from .._numerics import abs_sq, compute_dtype, leaf_dtype, safe_int32_increment, state_dtype, zeros_for
 from ..transforms._accumulation import ema
@@ -187,7 +190,7 @@ def factored_sum_sq(gc, row_factor, col_factor, dims):
     return jnp.sum(inner * jnp.square(row_factor))
 
 
-def _kernel_takes(g, v_row, v_col, dims) -> bool:
+def kernel_takes(g, v_row, v_col, dims) -> bool:
     """Whether the CPU kernel can take this factored leaf: float32 gradient and statistics, not empty, its factored
     axes its last two."""
     nd = np.ndim(g)
@@ -200,21 +203,11 @@ def _kernel_takes(g, v_row, v_col, dims) -> bool:
     )
 
 
-def _kernel_applies() -> bool:
-    """Whether the CPU kernel takes this step's float32 matrices: CPU backend, no x64, whole arrays (not under a
-    GSPMD-partitioned ``jit``), kernels built (``gradax.fused``'s ``kernel_applies``)."""
-    from ..fused._common import kernel_applies  # gradax.fused imports optimizers
-
-    return kernel_applies()
-
-
 def _kernel_moments(rows: list, hyper: tuple, dims: tuple) -> list:
     """:func:`factored_moments` and :func:`factored_sum_sq` of each ``(g, v_row, v_col)`` of ``rows`` (float32,
     factored on their last two axes ``dims[i]``), the statistics and the sum by gradax's CPU kernel
     (``fused_factored.c``: one pass over g, where XLA takes three), the factors from them in jnp. Returns
     ``(new_row, new_col, row_factor, col_factor, sum_sq)`` per row."""
-    from .. import _kernels
-
     b, ec = (jnp.asarray(x, jnp.float32) for x in hyper)
     scalars = jnp.stack([dict(decay=b, one_minus_decay=1.0 - b, eps=ec)[k] for k in _kernels.FACTORED_SCALARS])
     # the kernel's row statistic is the mean over the last axis: v_row where that axis is d0 (the largest)
@@ -239,29 +232,16 @@ def _reference_moments(rows: list, hyper: tuple, dims: tuple) -> list:
     return out
 
 
-def factored_second_moments(leaves: list, b, ec) -> list:
-    """:func:`factored_moments` and :func:`factored_sum_sq` of each ``(gc, v_row, v_col, dims)`` of ``leaves``:
-    ``(new_row, new_col, row_factor, col_factor, sum_sq)`` each (``sum_sq``: of the unclipped update). Where the
-    CPU kernel runs (float32 leaves factored on their last two axes), their statistics and sums come from it, in one
-    call for all of them (the sums in another order than XLA's: float32 rounding); the other leaves in jnp.
-    ``update`` and ``gradax.fused.adafactor``'s ``step`` both take their factored leaves through here."""
-    from ..fused._common import with_reference  # gradax.fused imports optimizers
-
-    out: list = [None] * len(leaves)
-    taken = [k for k, (g, vr, vc, d) in enumerate(leaves) if _kernel_takes(g, vr, vc, d)]
-    if taken and _kernel_applies():
-        rows = [tuple(leaves[k][:3]) for k in taken]
-        dims = tuple(leaves[k][3] for k in taken)
-        run = with_reference(
-            lambda r, h, _: _kernel_moments(r, h, dims), lambda r, h, _: _reference_moments(r, h, dims)
-        )
-        for k, result in zip(taken, run(rows, (b, ec), ()), strict=True):
-            out[k] = result
-    for k, (g, vr, vc, d) in enumerate(leaves):
-        if out[k] is None:
-            new_row, new_col, rf, cf = factored_moments(g, vr, vc, b, ec, d)
-            out[k] = (new_row, new_col, rf, cf, factored_sum_sq(g, rf, cf, d))
-    return out
+def kernel_second_moments(leaves: list, b, ec) -> list:
+    """:func:`factored_moments` and :func:`factored_sum_sq` of each ``(gc, v_row, v_col, dims)`` of ``leaves``
+    (each one :func:`kernel_takes`, where :func:`_kernel_applies`), their statistics and sums from the CPU kernel in
+    one call for all of them (summed in another order than XLA's: float32 rounding), batched and differentiated as
+    the jnp code: ``(new_row, new_col, row_factor, col_factor, sum_sq)`` each (``sum_sq``: of the unclipped update).
+    ``update`` and ``gradax.fused.adafactor``'s ``step`` both take their kernel leaves through here."""
+    rows = [tuple(leaf[:3]) for leaf in leaves]
+    dims = tuple(leaf[3] for leaf in leaves)
+    run = with_reference(lambda r, h, _: _kernel_moments(r, h, dims), lambda r, h, _: _reference_moments(r, h, dims))
+    return run(rows, (b, ec), ())
 
 
 def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, epsilon, decay_rate_fn, clip):
@@ -327,13 +307,11 @@ def _factored_rms(factored, decay_rate, step_offset, min_dim_size_to_factor, eps
         leaves, treedef = jax.tree.flatten(updates)
         rows = [list(x) for x in zip(leaves, *(treedef.flatten_up_to(t) for t in (state.v_row, state.v_col, state.v)))]
         dims = [factored_dims(tuple(np.shape(g)), factored, min_dim_size_to_factor) for g in leaves]
-        picked = [k for k, (g, vr, vc, _) in enumerate(rows) if _kernel_takes(g, vr, vc, dims[k])]
+        picked = [k for k, (g, vr, vc, _) in enumerate(rows) if kernel_takes(g, vr, vc, dims[k])]
         outs: list = [None] * len(rows)
         if picked and _kernel_applies():
             f32 = jnp.float32
-            moments = factored_second_moments(
-                [(*rows[k][:3], dims[k]) for k in picked], beta.astype(f32), e.astype(f32)
-            )
+            moments = kernel_second_moments([(*rows[k][:3], dims[k]) for k in picked], beta.astype(f32), e.astype(f32))
             for k, m in zip(picked, moments, strict=True):
                 outs[k] = by_kernel(rows[k][0], rows[k][3], dims[k], m)
         outs = [leaf(*row) if o is None else o for o, row in zip(outs, rows, strict=True)]
